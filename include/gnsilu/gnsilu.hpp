@@ -1,0 +1,133 @@
+// gnsilu: y = silu(group_norm(x, num_groups, weight, bias, eps)) on NVIDIA GPUs. The C++ API.
+//
+//   #include <gnsilu/gnsilu.hpp>
+//   const int64_t shape[] = {1, 512, 128, 128};
+//   gnsilu::Problem p;
+//   p.x = x; p.x_dtype = gnsilu::DType::BF16;
+//   p.y = y; p.y_dtype = gnsilu::DType::BF16;
+//   p.shape = shape; p.num_groups = 32;
+//   p.weight = w; p.bias = b;              // FP32 by default; null for no affine
+//   gnsilu::group_norm_silu(p, stream);    // throws gnsilu::Error
+//
+// Output bits depend only on the inputs: not on the launch configuration, not on the GPU, and they equal
+// gnsilu::reference_group_norm_silu (reference.hpp) on the CPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+
+#include "gnsilu/gnsilu.h"
+
+namespace gnsilu {
+
+enum class DType : int { None = GNSILU_NONE, BF16 = GNSILU_BF16, FP16 = GNSILU_FP16, FP32 = GNSILU_FP32 };
+
+enum class Status : int {
+  Success = GNSILU_SUCCESS,
+  InvalidArgument = GNSILU_ERROR_INVALID_ARGUMENT,
+  NoDriver = GNSILU_ERROR_NO_DRIVER,
+  NoDevice = GNSILU_ERROR_NO_DEVICE,
+  UnsupportedDevice = GNSILU_ERROR_UNSUPPORTED_DEVICE,
+  Cuda = GNSILU_ERROR_CUDA,
+  Compile = GNSILU_ERROR_COMPILE,
+  OutOfMemory = GNSILU_ERROR_OUT_OF_MEMORY,
+  Internal = GNSILU_ERROR_INTERNAL,
+};
+
+// Every failure is an Error carrying its Status; CUDA and NVRTC failures keep their details.
+class GNSILU_API Error : public std::runtime_error {
+ public:
+  Error(Status status, const std::string& message);
+  Status status() const noexcept { return status_; }
+
+ private:
+  Status status_;
+};
+
+// A driver call failed: the message names the call, file and line; result() is the CUresult.
+class GNSILU_API CudaError : public Error {
+ public:
+  CudaError(int result, const std::string& message, Status status = Status::Cuda);
+  int result() const noexcept { return result_; }
+
+ private:
+  int result_;
+};
+
+// NVRTC failed: the message says what was compiled; log() and options() keep NVRTC's log and the options.
+class GNSILU_API CompileError : public Error {
+ public:
+  CompileError(const std::string& message, std::string log, std::string options);
+  const std::string& log() const noexcept { return log_; }
+  const std::string& options() const noexcept { return options_; }
+
+ private:
+  std::string log_;
+  std::string options_;
+};
+
+// One call's inputs. x and y are contiguous tensors of shape (N, C, *spatial), any number of spatial
+// dimensions. y == x is allowed (in place) when the two dtypes have the same size.
+struct Problem {
+  const void* x = nullptr;
+  DType x_dtype = DType::BF16;
+  void* y = nullptr;
+  DType y_dtype = DType::BF16;
+  std::span<const int64_t> shape;
+  int64_t num_groups = 32;
+  const void* weight = nullptr;  // C values, or null (weight 1)
+  DType weight_dtype = DType::FP32;
+  const void* bias = nullptr;    // C values, or null (bias 0)
+  DType bias_dtype = DType::FP32;
+  double eps = 1e-6;
+};
+
+// Caller-provided device memory for the statistics (at least workspace_size() bytes); empty: internal.
+struct Workspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+// A launch configuration. None of its values changes a bit of the output.
+struct LaunchConfig {
+  int elems_per_load = 16;   // elements per thread per step of the apply loops: 8, 16 or 32
+  int warps = 8;             // warps per block: 1 to 32
+  int stages = 1;            // chunks a warp holds in flight while computing statistics: 1 or 2
+  int programs_per_sm = 4;   // blocks per multiprocessor in the grid: 1 to 64
+  friend bool operator==(const LaunchConfig&, const LaunchConfig&) = default;
+};
+
+// Which kernels run: Fused (one launch; groups of at most 64 Ki elements and 256 channels), Split (three
+// launches, any size), or Auto (the library's choice). Both give the same bits.
+enum class Path { Auto, Fused, Split };
+
+struct LaunchOptions {
+  std::optional<LaunchConfig> config;  // empty: the library's default
+  Path path = Path::Auto;
+};
+
+// Computes y on `stream` (null: the legacy default stream) without synchronizing the host.
+GNSILU_API void group_norm_silu(const Problem& problem, gnsilu_stream stream = nullptr, Workspace workspace = {},
+                                const LaunchOptions& options = {});
+
+// Workspace bytes a call of this shape may need.
+GNSILU_API std::size_t workspace_size(std::span<const int64_t> shape, int64_t num_groups);
+
+// The launch configurations the library knows; the first is the default.
+GNSILU_API std::span<const LaunchConfig> candidate_configs();
+
+// Throws Error(NoDriver / NoDevice / UnsupportedDevice) unless a usable driver and device are present.
+GNSILU_API void check_device();
+
+// Frees the internal workspaces.
+GNSILU_API void release_workspaces();
+
+GNSILU_API const char* version();
+GNSILU_API const char* dtype_name(DType dtype);
+GNSILU_API std::size_t dtype_size(DType dtype);
+
+}  // namespace gnsilu

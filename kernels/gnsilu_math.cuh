@@ -1,0 +1,408 @@
+// gnsilu: the arithmetic of y = silu(group_norm(x)), shared by the GPU kernels and the CPU reference.
+//
+// Why this file exists. The library promises output bits that depend on nothing but the inputs: not on the
+// launch configuration the tuner picks, not on the GPU, and equal to a CPU reference. That holds only if
+// every step is an IEEE-754 correctly rounded basic operation (add, subtract, multiply, fma, divide, square
+// root, conversion) applied in one fixed order. So:
+//   * every function below is written out in such operations, with contraction off on both sides
+//     (NVRTC --fmad=false, host -ffp-contract=off) and fma only where it is spelled fma32;
+//   * the exponential is ours: the toolkit's expf and glibc's expf can differ in the last bit;
+//   * 16-bit values are read and written as bits, with round-to-nearest-even written out, and NaN outputs
+//     are canonical (0x7FC0 bf16, 0x7E00 fp16, 0x7FC00000 fp32) so that every platform stores the same bits.
+//
+// The reduction tree (part of the definition of the result, independent of any launch configuration):
+//   * group (n, g) is the contiguous run of L = (C/G) * S elements of x (S: product of the spatial sizes);
+//   * it is cut into chunks of kChunk = 1024 elements, the last one shorter; absent elements count as +0;
+//   * element i of a chunk belongs to vector i/8 (8 contiguous elements), to lane (i/8) % 32 and to slot
+//     i/256 of that lane. A chunk sum adds the 8 elements of a vector pairwise (bits 0, 1, 2 of i), then the
+//     4 slots of a lane (bit 9, then bit 8), then the 32 lanes (bits 7 down to 3: a warp butterfly);
+//   * a chunk gives a record {c, R, Q, E}: c a pivot near the chunk mean, and with d = x*2^-E - c*2^-E,
+//     R = sum d and Q = sum d*d, each with that tree; 2^E bounds |x| + |c| so nothing overflows;
+//   * a group's mean and sum of squared deviations come from its records in FP64: lane l (of 32) adds
+//     records l, l+32, l+64, ... in order, then the lanes are combined by the same butterfly.
+// A warp that holds a chunk in registers computes exactly this tree; so does the CPU reference.
+//
+// Why the numbers are good: the pivot makes the second sum centred (no cancellation however large the mean
+// is against the spread); the mean is exact to FP64 rounding of sums of small centred terms; the mean is
+// applied as m32 = fp32(m) with the rounding error m - m32 folded into the shift in FP64; x - m32 is exact
+// near the mean (Sterbenz); the pre-activation is computed around its zero crossing so that it keeps its
+// relative accuracy where it is small (row_constants); SiLU is one exponential (< 1 ulp) and one division.
+#pragma once
+
+#if defined(__CUDACC__)
+#define GNSILU_HD __host__ __device__ __forceinline__
+#else
+#define GNSILU_HD inline
+#endif
+
+namespace gnsilu {
+namespace math {
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+// dtype codes: the public enum gnsilu_dtype uses the same numbers.
+enum : int { kNone = 0, kBF16 = 1, kFP16 = 2, kFP32 = 3 };
+
+constexpr int kChunk = 1024;           // elements per chunk record
+constexpr int kVec = 8;                // elements per vector (one tree leaf group)
+constexpr int kLanes = 32;             // lanes of a chunk
+constexpr int kSlots = kChunk / (kVec * kLanes);  // vectors per lane: 4
+static_assert(kSlots == 4, "the lane tree below is written for 4 slots");
+
+// ---- bits ------------------------------------------------------------------------------------------------
+GNSILU_HD u32 bits_of(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  u32 u;
+  __builtin_memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+GNSILU_HD float float_of(u32 u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  __builtin_memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+GNSILU_HD u64 bits_of(double d) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<u64>(__double_as_longlong(d));
+#else
+  u64 u;
+  __builtin_memcpy(&u, &d, sizeof u);
+  return u;
+#endif
+}
+GNSILU_HD double double_of(u64 u) {
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double(static_cast<i64>(u));
+#else
+  double d;
+  __builtin_memcpy(&d, &u, sizeof d);
+  return d;
+#endif
+}
+
+// ---- correctly rounded operations, spelled out -------------------------------------------------------------
+GNSILU_HD float fma32(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return __builtin_fmaf(a, b, c);
+#endif
+}
+GNSILU_HD float div32(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+GNSILU_HD double div64(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+GNSILU_HD double sqrt64(double a) {
+#if defined(__CUDA_ARCH__)
+  return __dsqrt_rn(a);
+#else
+  return __builtin_sqrt(a);
+#endif
+}
+GNSILU_HD float narrow(double d) {  // FP64 -> FP32, nearest even
+#if defined(__CUDA_ARCH__)
+  return __double2float_rn(d);
+#else
+  return static_cast<float>(d);
+#endif
+}
+GNSILU_HD bool is_finite(double v) { return v - v == 0.0; }
+GNSILU_HD bool is_nan(float v) { return !(v == v); }
+
+// 2^e as a float, -126 <= e <= 127 (normal numbers only).
+GNSILU_HD float pow2f(int e) { return float_of(static_cast<u32>(e + 127) << 23); }
+// 2^e as a double, -1022 <= e <= 1023.
+GNSILU_HD double pow2d(int e) { return double_of(static_cast<u64>(e + 1023) << 52); }
+// floor(log2 |v|) for a normal float given the bits of |v|; -127 for zero and subnormals, 128 for Inf/NaN.
+GNSILU_HD int exponent_of(u32 abs_bits) { return static_cast<int>(abs_bits >> 23) - 127; }
+// Nearest integer (ties to even) of |v| < 2^22, as a float: the classic add-and-subtract of 1.5 * 2^23.
+GNSILU_HD float round_to_int(float v) {
+  const float magic = 12582912.0f;
+  return (v + magic) - magic;
+}
+
+// ---- 16-bit formats, as bits ---------------------------------------------------------------------------
+GNSILU_HD float bf16_to_float(u16 h) { return float_of(static_cast<u32>(h) << 16); }
+
+GNSILU_HD float fp16_to_float(u16 h) {
+  const u32 sign = static_cast<u32>(h & 0x8000u) << 16;
+  const u32 exponent = (h >> 10) & 0x1Fu;
+  const u32 mantissa = h & 0x3FFu;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact
+    const float magnitude = static_cast<float>(mantissa) * pow2f(-24);
+    return float_of(bits_of(magnitude) | sign);
+  }
+  if (exponent == 31) return float_of(sign | 0x7F800000u | (mantissa << 13));
+  return float_of(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+GNSILU_HD u16 float_to_bf16(float f) {
+  u32 u = bits_of(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0u;  // canonical NaN
+  u += 0x7FFFu + ((u >> 16) & 1u);                        // nearest even; overflow carries into Inf
+  return static_cast<u16>(u >> 16);
+}
+
+GNSILU_HD u16 float_to_fp16(float f) {
+  const u32 u = bits_of(f);
+  const u32 sign = (u >> 16) & 0x8000u;
+  u32 a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return 0x7E00u;                 // canonical NaN
+  if (a >= 0x477FF000u) return static_cast<u16>(sign | 0x7C00u);  // >= 65520 rounds to Inf
+  if (a < 0x38800000u) {                               // below 2^-14: a multiple of 2^-24
+    // |f| * 2^24 is exact (< 1024) and round_to_int rounds it to nearest even; 1024 becomes 2^-14.
+    const float scaled = float_of(a) * pow2f(24);
+    return static_cast<u16>(sign | static_cast<u32>(round_to_int(scaled)));
+  }
+  a -= 112u << 23;                                     // rebias the exponent from 127 to 15
+  a += 0x0FFFu + ((a >> 13) & 1u);                     // nearest even on the 13 dropped bits
+  return static_cast<u16>(sign | (a >> 13));
+}
+
+GNSILU_HD u32 float_canonical_bits(float f) { return is_nan(f) ? 0x7FC00000u : bits_of(f); }
+
+// ---- exp and SiLU --------------------------------------------------------------------------------------
+// exp(a) = p * 2^k in FP32: a = k ln2 + r (Cody-Waite, exact first step), p = e^r from 1 + r + r^2 q(r) with
+// q a Taylor polynomial through r^6/8!; p in [0.70, 1.42] has an error under one ulp. -104 <= a <= 89.
+struct ExpParts {
+  float p;
+  int k;
+};
+GNSILU_HD ExpParts exp32_parts(float a) {
+  const float ln2_hi = 0.693145751953125f;     // 0x3F317200: k * ln2_hi is exact for |k| < 2^9
+  const float ln2_lo = 1.42860677e-06f;        // ln2 - ln2_hi
+  const float n = round_to_int(a * 1.44269502f);
+  float r = fma32(-n, ln2_hi, a);
+  r = fma32(-n, ln2_lo, r);
+  float q = 2.48015873e-05f;                   // 1/8!
+  q = fma32(q, r, 1.98412698e-04f);            // 1/7!
+  q = fma32(q, r, 1.38888889e-03f);            // 1/6!
+  q = fma32(q, r, 8.33333333e-03f);            // 1/5!
+  q = fma32(q, r, 4.16666667e-02f);            // 1/4!
+  q = fma32(q, r, 1.66666667e-01f);            // 1/3!
+  q = fma32(q, r, 0.5f);                       // 1/2!
+  return {1.0f + fma32(q, r * r, r), static_cast<int>(n)};
+}
+
+// m * 2^k for normal m of magnitude below 2^8 and -160 <= k <= 129: the first product is exact (the
+// intermediate stays normal), the second rounds once, so subnormal results are rounded once and overflow
+// rounds to Inf.
+GNSILU_HD float scale_pow2(float m, int k) {
+  const int k1 = k / 2;
+  return (m * pow2f(k1)) * pow2f(k - k1);
+}
+
+// exp(a) in FP32 with an error under one ulp.
+GNSILU_HD float exp32(float a) {
+  if (is_nan(a)) return a + a;
+  if (a > 89.0f) return float_of(0x7F800000u);
+  if (a < -104.0f) return 0.0f;
+  const ExpParts e = exp32_parts(a);
+  return scale_pow2(e.p, e.k);
+}
+
+// silu(v) = v / (1 + exp(-v)), one IEEE division (PyTorch's FP32 formula). Below -80, where exp(-v) nears the
+// top of the range (and overflows past -88.7, where PyTorch returns -0), v * exp(v) is the same to 1e-34
+// relative and is computed as (v * p) * 2^k so that a result near the subnormal range is rounded once.
+GNSILU_HD float silu32(float v) {
+  if (v < -80.0f) {
+    if (v < -120.0f) return -0.0f;
+    const ExpParts e = exp32_parts(v);
+    return scale_pow2(v * e.p, e.k);
+  }
+  return div32(v, 1.0f + exp32(-v));
+}
+
+// ---- loads and stores by dtype code ----------------------------------------------------------------------
+template <int T>
+GNSILU_HD float load_element(const void* p, i64 i) {
+  static_assert(T == kBF16 || T == kFP16 || T == kFP32, "dtype");
+  if constexpr (T == kBF16) return bf16_to_float(static_cast<const u16*>(p)[i]);
+  else if constexpr (T == kFP16) return fp16_to_float(static_cast<const u16*>(p)[i]);
+  else return static_cast<const float*>(p)[i];
+}
+
+template <int T>
+GNSILU_HD void store_element(void* p, i64 i, float v) {
+  static_assert(T == kBF16 || T == kFP16 || T == kFP32, "dtype");
+  if constexpr (T == kBF16) static_cast<u16*>(p)[i] = float_to_bf16(v);
+  else if constexpr (T == kFP16) static_cast<u16*>(p)[i] = float_to_fp16(v);
+  else static_cast<u32*>(p)[i] = float_canonical_bits(v);
+}
+
+// A per-channel parameter (weight or bias) of any dtype, as a double; `fallback` when absent.
+GNSILU_HD double load_parameter(const void* p, int dtype, i64 i, double fallback) {
+  if (p == nullptr || dtype == kNone) return fallback;
+  if (dtype == kBF16) return static_cast<double>(bf16_to_float(static_cast<const u16*>(p)[i]));
+  if (dtype == kFP16) return static_cast<double>(fp16_to_float(static_cast<const u16*>(p)[i]));
+  return static_cast<double>(static_cast<const float*>(p)[i]);
+}
+
+// ---- the chunk tree ----------------------------------------------------------------------------------
+// One vector of 8: bits 0, 1, 2 of the element index, pairwise.
+GNSILU_HD float tree8(const float (&v)[kVec]) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+// The 4 slots of a lane: slot bit 1 (element bit 9) first, then slot bit 0 (element bit 8).
+GNSILU_HD float tree_slots(float s0, float s1, float s2, float s3) { return (s0 + s2) + (s1 + s3); }
+
+// Whether the first pass sums x scaled by 2^-11 and the second pass scales by 2^-E: BF16 and FP32 inputs can
+// reach 3.4e38 and would overflow FP32 sums; FP16 inputs (|x| <= 65504) never do, and skip both.
+template <int XT>
+struct Scaling {
+  static constexpr bool kScaled = XT != kFP16;
+  static constexpr float kFirst = kScaled ? 4.8828125e-04f : 1.0f;  // 2^-11
+  static constexpr double kFirstInverse = kScaled ? 2048.0 : 1.0;
+};
+
+// The pivot of a chunk from its first-pass sum (of x * 2^-11 or x) and the largest |x| bits.
+struct Pivot {
+  float c;   // the chunk mean rounded to FP32 (clamped to the finite range)
+  float t;   // 2^-E
+  float ct;  // c * 2^-E
+  int e;     // E
+};
+
+template <int XT>
+GNSILU_HD Pivot chunk_pivot(float first_sum, u32 max_abs_bits, int n) {
+  double mean = div64(static_cast<double>(first_sum) * Scaling<XT>::kFirstInverse, static_cast<double>(n));
+  const double largest = 3.4028234663852886e38;  // FLT_MAX
+  if (mean > largest) mean = largest;
+  if (mean < -largest) mean = -largest;
+  Pivot p;
+  p.c = narrow(mean);
+  if constexpr (Scaling<XT>::kScaled) {
+    const int ex = exponent_of(max_abs_bits);
+    const int ec = exponent_of(bits_of(p.c) & 0x7FFFFFFFu);
+    int e = (ex > ec ? ex : ec) + 2;  // |x| + |c| < 2^E
+    if (e > 126) e = 126;
+    if (e < -125) e = -125;
+    p.e = e;
+    p.t = pow2f(-e);
+  } else {
+    p.e = 0;
+    p.t = 1.0f;
+  }
+  p.ct = p.c * p.t;
+  return p;
+}
+
+// The centred value of an element: d = x * 2^-E - c * 2^-E, rounded once.
+GNSILU_HD float centred(float x, const Pivot& p) { return fma32(x, p.t, -p.ct); }
+
+// A chunk's record, as stored between the statistics and the apply step.
+struct alignas(16) ChunkRecord {
+  float c;  // pivot
+  float r;  // sum of d
+  float q;  // sum of d * d
+  int e;    // E
+};
+
+// ---- group statistics from records (FP64) --------------------------------------------------------------
+// n * c + R * 2^E: the chunk's sum of x (the products are exact, one rounding in the sum).
+GNSILU_HD double record_sum(const ChunkRecord& r, int n) {
+  return static_cast<double>(n) * static_cast<double>(r.c) + static_cast<double>(r.r) * pow2d(r.e);
+}
+// The chunk's sum of (x - m)^2 = Q 2^2E + delta (2 R 2^E + n delta), delta = c - m.
+GNSILU_HD double record_squares(const ChunkRecord& r, int n, double m) {
+  const double scale = pow2d(r.e);
+  const double delta = static_cast<double>(r.c) - m;
+  const double linear = 2.0 * (static_cast<double>(r.r) * scale) + static_cast<double>(n) * delta;
+  return (static_cast<double>(r.q) * scale) * scale + delta * linear;
+}
+// Elements in chunk j of a group of length L.
+GNSILU_HD int chunk_length(i64 group_length, i64 j) {
+  const i64 rest = group_length - j * kChunk;
+  return static_cast<int>(rest < kChunk ? rest : kChunk);
+}
+
+struct GroupStats {
+  double mean;    // m
+  double rstd;    // 1 / sqrt(var + eps); NaN when the group holds NaN or Inf
+  float mean32;   // fp32(m)
+  int apply_e;    // the apply step computes with x * 2^-apply_e (1 only when |x| may reach 2^126)
+};
+
+GNSILU_HD GroupStats group_stats(double sum, double squares, i64 length, int max_e, double eps) {
+  GroupStats s;
+  s.mean = div64(sum, static_cast<double>(length));
+  double variance = div64(squares, static_cast<double>(length));
+  if (variance < 0.0) variance = 0.0;
+  const double largest = 3.4028234663852886e38;
+  if (!is_finite(s.mean) || !is_finite(variance)) {
+    const double nan = double_of(0x7FF8000000000000ull);
+    s.mean = nan;
+    s.rstd = nan;
+    s.mean32 = float_of(0x7FC00000u);
+    s.apply_e = 0;
+    return s;
+  }
+  s.rstd = div64(1.0, sqrt64(variance + eps));
+  double m = s.mean;
+  if (m > largest) m = largest;
+  if (m < -largest) m = -largest;
+  s.mean32 = narrow(m);
+  s.apply_e = max_e >= 126 ? 1 : 0;
+  return s;
+}
+
+// What the apply step needs per (sample, channel): y = silu(fma(fma(x, u, -z), k, c)).
+//
+// The pre-activation v = (x - m) * s + b (s = w * rstd) crosses zero at x0 = m - b / s. Written as
+// v = (x - x0_hi) * s - (x0 - x0_hi) * s with x0_hi = fp32(x0), the first difference is exact near the
+// crossing (Sterbenz) and rounds relative to |x - x0| elsewhere, so v keeps a few-ulp relative error even
+// where it is tiny; the plain form (x - m32) * s + (b - (m - m32) s) loses all relative accuracy there.
+// The mean's rounding is corrected either way (x0 and the second term are computed in FP64). The plain
+// form remains for s = 0 or a crossing beyond 2^126, and for NaN statistics (which make v NaN).
+struct alignas(16) RowConstants {
+  float u;  // 2^-apply_e
+  float z;  // x0_hi * u, or m32 * u
+  float k;  // fp32(s * 2^apply_e)
+  float c;  // fp32(-(x0 - x0_hi) * s), or fp32(b - (m - m32) * s)
+};
+
+GNSILU_HD RowConstants row_constants(const GroupStats& st, double weight, double bias) {
+  RowConstants rc;
+  rc.u = pow2f(-st.apply_e);
+  const double s = weight * st.rstd;
+  rc.k = narrow(s * pow2d(st.apply_e));
+  const double x0 = s != 0.0 ? st.mean - div64(bias, s) : 0.0;
+  const double limit = 8.507059173023462e37;  // 2^126
+  if (s != 0.0 && is_finite(x0) && x0 < limit && x0 > -limit) {
+    const float x0_hi = narrow(x0);
+    rc.z = x0_hi * rc.u;
+    rc.c = narrow(-((x0 - static_cast<double>(x0_hi)) * s));
+  } else {
+    rc.z = st.mean32 * rc.u;
+    rc.c = narrow(bias - (st.mean - static_cast<double>(st.mean32)) * s);
+  }
+  return rc;
+}
+
+GNSILU_HD float transform(float x, const RowConstants& rc) {
+  const float t = fma32(x, rc.u, -rc.z);
+  return silu32(fma32(t, rc.k, rc.c));
+}
+
+}  // namespace math
+}  // namespace gnsilu

@@ -1,0 +1,168 @@
+// The C++ API: validate, find the context and device, check the pointers, plan, find the kernels, launch.
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "device.hpp"
+#include "driver.hpp"
+#include "errors.hpp"
+#include "gnsilu/gnsilu.hpp"
+#include "kernels.hpp"
+#include "log.hpp"
+#include "modules.hpp"
+#include "plan.hpp"
+#include "validate.hpp"
+#include "workspace.hpp"
+
+#ifndef GNSILU_VERSION_STRING
+#define GNSILU_VERSION_STRING "0.0.0"
+#endif
+
+namespace gnsilu {
+namespace {
+
+// The default first; the rest are what the tuner will time.
+constexpr std::array<LaunchConfig, 5> kCandidates = {{
+    {16, 8, 1, 4},
+    {8, 4, 1, 8},
+    {32, 8, 2, 2},
+    {16, 4, 2, 8},
+    {32, 16, 1, 2},
+}};
+
+void launch(const detail::Driver& d, CUfunction f, unsigned blocks, unsigned threads, CUstream stream,
+            const kernel::Params& params, const char* what) {
+  if (blocks == 0) return;
+  kernel::Params copy = params;
+  void* args[] = {&copy};
+  const CUresult r = d.cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, 0, stream, args, nullptr);
+  if (r != CUDA_SUCCESS) detail::throw_cuda(r, what, __FILE__, __LINE__);
+}
+
+void check_pointers(const Problem& p, const detail::Geometry& g, const detail::DeviceInfo& dev,
+                    const Workspace& ws, std::size_t needed) {
+  const std::size_t x_bytes = static_cast<std::size_t>(g.numel) * dtype_size(p.x_dtype);
+  const std::size_t y_bytes = static_cast<std::size_t>(g.numel) * dtype_size(p.y_dtype);
+  detail::check_device_range("x", p.x, x_bytes, dev);
+  detail::check_device_range("y", p.y, y_bytes, dev);
+  const std::size_t w_bytes = p.weight != nullptr ? static_cast<std::size_t>(g.c) * dtype_size(p.weight_dtype) : 0;
+  const std::size_t b_bytes = p.bias != nullptr ? static_cast<std::size_t>(g.c) * dtype_size(p.bias_dtype) : 0;
+  if (p.weight != nullptr) detail::check_device_range("weight", p.weight, w_bytes, dev);
+  if (p.bias != nullptr) detail::check_device_range("bias", p.bias, b_bytes, dev);
+  const detail::Range x{p.x, x_bytes}, y{p.y, y_bytes}, w{p.weight, w_bytes}, b{p.bias, b_bytes},
+      work{ws.data, ws.bytes};
+  if (y.overlaps(x) && !(p.x == p.y && dtype_size(p.x_dtype) == dtype_size(p.y_dtype))) {
+    detail::throw_invalid("y", "overlaps x; only exact in-place (y == x with dtypes of one size) is allowed");
+  }
+  if (y.overlaps(w)) detail::throw_invalid("y", "overlaps weight");
+  if (y.overlaps(b)) detail::throw_invalid("y", "overlaps bias");
+  if (ws.data != nullptr) {
+    if (ws.bytes < needed) {
+      detail::throw_invalid("workspace_bytes", std::to_string(ws.bytes) + " is too small: this shape needs " +
+                                                   std::to_string(needed) + " (see workspace_size)");
+    }
+    detail::check_device_range("workspace", ws.data, ws.bytes, dev);
+    for (const auto& [other, name] : {std::pair{x, "x"}, std::pair{y, "y"}, std::pair{w, "weight"}, std::pair{b, "bias"}}) {
+      if (work.overlaps(other)) detail::throw_invalid("workspace", std::string("overlaps ") + name);
+    }
+  } else if (ws.bytes != 0) {
+    detail::throw_invalid("workspace", "is null but workspace_bytes is " + std::to_string(ws.bytes));
+  }
+}
+
+}  // namespace
+
+std::span<const LaunchConfig> candidate_configs() { return kCandidates; }
+
+std::size_t workspace_size(std::span<const int64_t> shape, int64_t num_groups) {
+  return detail::workspace_bytes(detail::make_geometry(shape, num_groups));
+}
+
+void group_norm_silu(const Problem& problem, gnsilu_stream stream, Workspace workspace, const LaunchOptions& options) {
+  const detail::Geometry g = detail::validate_problem(problem);
+  const LaunchConfig config = options.config.value_or(kCandidates[0]);
+  detail::check_config(config);
+  if (options.path == Path::Fused && !detail::fused_eligible(g)) {
+    detail::throw_invalid("options.path", "the fused path takes groups of at most 64 Ki elements and 256 channels");
+  }
+  if (g.numel == 0) return;
+
+  const detail::Driver& d = detail::driver();
+  detail::ContextScope scope(problem.x);
+  const detail::DeviceInfo& dev = detail::device_info(scope.device());
+  if (dev.arch() < 75) {
+    throw Error(Status::UnsupportedDevice, "gnsilu: " + dev.name + " has compute capability " +
+                                               std::to_string(dev.major) + "." + std::to_string(dev.minor) +
+                                               "; gnsilu needs 7.5 or newer");
+  }
+  const std::size_t needed = detail::workspace_bytes(g);
+  check_pointers(problem, g, dev, workspace, needed);
+
+  detail::Plan plan = detail::make_plan(g, config, options.path, dev.sms);
+  kernel::Params& p = plan.params;
+  p.x = problem.x;
+  p.y = problem.y;
+  p.weight = problem.weight;
+  p.bias = problem.bias;
+  p.weight_dtype = problem.weight != nullptr ? static_cast<int>(problem.weight_dtype) : 0;
+  p.bias_dtype = problem.bias != nullptr ? static_cast<int>(problem.bias_dtype) : 0;
+  p.eps = problem.eps;
+  p.vectorized = detail::vectorizable(g, problem.x, problem.y) ? 1 : 0;
+
+  const detail::Variant variant{problem.x_dtype, problem.y_dtype, config};
+  const detail::LoadedModule& kernels = detail::kernels_for(scope.context(), dev, variant);
+  if (plan.path == Path::Fused) {
+    launch(d, kernels.kernel(detail::kFused), plan.fused_blocks, plan.threads, stream, p, "cuLaunchKernel(fused)");
+    return;
+  }
+  void* base = workspace.data;
+  if (base == nullptr) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    GNSILU_CU(d.cuStreamIsCapturing(stream, &capture));
+    base = detail::internal_workspace(scope.context(), stream, plan.workspace, capture != CU_STREAM_CAPTURE_STATUS_NONE);
+  }
+  p.records = base;
+  p.rows = static_cast<char*>(base) + plan.rows_offset;
+  launch(d, kernels.kernel(detail::kStats), plan.stats_blocks, plan.threads, stream, p, "cuLaunchKernel(chunk_stats)");
+  launch(d, kernels.kernel(detail::kFinalize), plan.finalize_blocks, plan.threads, stream, p, "cuLaunchKernel(finalize)");
+  launch(d, kernels.kernel(detail::kApply), plan.apply_blocks, plan.threads, stream, p, "cuLaunchKernel(apply)");
+}
+
+void check_device() {
+  const detail::Driver& d = detail::driver();
+  int count = 0;
+  GNSILU_CU(d.cuDeviceGetCount(&count));
+  if (count == 0) throw Error(Status::NoDevice, "gnsilu: no CUDA device");
+  bool any = false;
+  for (int i = 0; i < count; ++i) {
+    CUdevice device = 0;
+    GNSILU_CU(d.cuDeviceGet(&device, i));
+    if (detail::device_info(device).arch() >= 75) any = true;
+  }
+  if (!any) throw Error(Status::UnsupportedDevice, "gnsilu: no CUDA device of compute capability 7.5 or newer");
+}
+
+void release_workspaces() { detail::release_internal_workspaces(); }
+
+const char* version() { return GNSILU_VERSION_STRING; }
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::BF16: return "bf16";
+    case DType::FP16: return "fp16";
+    case DType::FP32: return "fp32";
+    case DType::None: return "none";
+  }
+  return "unknown";
+}
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::BF16:
+    case DType::FP16: return 2;
+    case DType::FP32: return 4;
+    default: return 0;
+  }
+}
+
+}  // namespace gnsilu

@@ -1,0 +1,102 @@
+// The C API: each function calls the C++ API, turns exceptions into status codes and keeps the message for
+// gnsilu_last_error() in a thread-local string. Nothing escapes as an exception.
+#include <new>
+#include <string>
+
+#include "gnsilu/gnsilu.h"
+#include "gnsilu/gnsilu.hpp"
+#include "log.hpp"
+
+namespace {
+
+thread_local std::string last_error;
+
+template <typename F>
+gnsilu_status guarded(F&& body) noexcept {
+  try {
+    last_error.clear();
+    body();
+    return GNSILU_SUCCESS;
+  } catch (const gnsilu::Error& e) {
+    last_error = e.what();
+    return static_cast<gnsilu_status>(e.status());
+  } catch (const std::bad_alloc&) {
+    last_error = "gnsilu: out of host memory";
+    return GNSILU_ERROR_INTERNAL;
+  } catch (const std::exception& e) {
+    last_error = std::string("gnsilu: internal error: ") + e.what();
+    return GNSILU_ERROR_INTERNAL;
+  } catch (...) {
+    last_error = "gnsilu: internal error (unknown exception)";
+    return GNSILU_ERROR_INTERNAL;
+  }
+}
+
+std::span<const int64_t> shape_span(const int64_t* shape, int ndim) {
+  if (ndim < 0) throw gnsilu::Error(gnsilu::Status::InvalidArgument, "gnsilu: invalid argument 'ndim': is negative");
+  if (shape == nullptr && ndim > 0) {
+    throw gnsilu::Error(gnsilu::Status::InvalidArgument, "gnsilu: invalid argument 'shape': is null");
+  }
+  return {shape, static_cast<std::size_t>(ndim)};
+}
+
+}  // namespace
+
+extern "C" {
+
+gnsilu_status gnsilu_group_norm_silu(const void* x, gnsilu_dtype x_dtype, void* y, gnsilu_dtype y_dtype,
+                                     const int64_t* shape, int ndim, int64_t num_groups, const void* weight,
+                                     gnsilu_dtype weight_dtype, const void* bias, gnsilu_dtype bias_dtype, double eps,
+                                     void* workspace, size_t workspace_bytes, gnsilu_stream stream) {
+  return guarded([&] {
+    gnsilu::Problem p;
+    p.x = x;
+    p.x_dtype = static_cast<gnsilu::DType>(x_dtype);
+    p.y = y;
+    p.y_dtype = static_cast<gnsilu::DType>(y_dtype);
+    p.shape = shape_span(shape, ndim);
+    p.num_groups = num_groups;
+    p.weight = weight;
+    p.weight_dtype = static_cast<gnsilu::DType>(weight_dtype);
+    p.bias = bias;
+    p.bias_dtype = static_cast<gnsilu::DType>(bias_dtype);
+    p.eps = eps;
+    gnsilu::group_norm_silu(p, stream, {workspace, workspace_bytes});
+  });
+}
+
+gnsilu_status gnsilu_workspace_size(const int64_t* shape, int ndim, int64_t num_groups, size_t* bytes) {
+  return guarded([&] {
+    if (bytes == nullptr) throw gnsilu::Error(gnsilu::Status::InvalidArgument, "gnsilu: invalid argument 'bytes': is null");
+    *bytes = gnsilu::workspace_size(shape_span(shape, ndim), num_groups);
+  });
+}
+
+gnsilu_status gnsilu_check_device(void) {
+  return guarded([] { gnsilu::check_device(); });
+}
+
+gnsilu_status gnsilu_release_workspaces(void) {
+  return guarded([] { gnsilu::release_workspaces(); });
+}
+
+const char* gnsilu_last_error(void) { return last_error.c_str(); }
+
+const char* gnsilu_status_name(gnsilu_status status) {
+  switch (status) {
+    case GNSILU_SUCCESS: return "GNSILU_SUCCESS";
+    case GNSILU_ERROR_INVALID_ARGUMENT: return "GNSILU_ERROR_INVALID_ARGUMENT";
+    case GNSILU_ERROR_NO_DRIVER: return "GNSILU_ERROR_NO_DRIVER";
+    case GNSILU_ERROR_NO_DEVICE: return "GNSILU_ERROR_NO_DEVICE";
+    case GNSILU_ERROR_UNSUPPORTED_DEVICE: return "GNSILU_ERROR_UNSUPPORTED_DEVICE";
+    case GNSILU_ERROR_CUDA: return "GNSILU_ERROR_CUDA";
+    case GNSILU_ERROR_COMPILE: return "GNSILU_ERROR_COMPILE";
+    case GNSILU_ERROR_OUT_OF_MEMORY: return "GNSILU_ERROR_OUT_OF_MEMORY";
+    case GNSILU_ERROR_INTERNAL: return "GNSILU_ERROR_INTERNAL";
+  }
+  return "GNSILU_UNKNOWN_STATUS";
+}
+
+const char* gnsilu_version(void) { return gnsilu::version(); }
+
+}  // extern "C"

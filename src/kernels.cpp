@@ -1,0 +1,48 @@
+#include "kernels.hpp"
+
+#include "errors.hpp"
+
+namespace gnsilu::detail {
+
+std::array<std::string, kKernelCount> kernel_names(const Variant& v) {
+  const std::string x = std::to_string(static_cast<int>(v.x_dtype));
+  const std::string y = std::to_string(static_cast<int>(v.y_dtype));
+  const std::string w = std::to_string(v.config.warps);
+  const std::string e = std::to_string(v.config.elems_per_load);
+  const std::string s = std::to_string(v.config.stages);
+  return {
+      "gnsilu::kernel::chunk_stats<" + x + "," + w + "," + s + ">",
+      "gnsilu::kernel::finalize<" + w + ">",
+      "gnsilu::kernel::apply<" + x + "," + y + "," + w + "," + e + ">",
+      "gnsilu::kernel::fused<" + x + "," + y + "," + w + "," + e + ">",
+  };
+}
+
+void check_config(const LaunchConfig& c) {
+  if (c.elems_per_load != 8 && c.elems_per_load != 16 && c.elems_per_load != 32)
+    throw_invalid("config.elems_per_load", "must be 8, 16 or 32, got " + std::to_string(c.elems_per_load));
+  if (c.warps < 1 || c.warps > 32) throw_invalid("config.warps", "must be 1 to 32, got " + std::to_string(c.warps));
+  if (c.stages != 1 && c.stages != 2) throw_invalid("config.stages", "must be 1 or 2, got " + std::to_string(c.stages));
+  if (c.programs_per_sm < 1 || c.programs_per_sm > 64)
+    throw_invalid("config.programs_per_sm", "must be 1 to 64, got " + std::to_string(c.programs_per_sm));
+}
+
+CompiledProgram compile_variants(int arch, std::span<const Variant> variants,
+                                 const std::vector<std::string>& extra_options) {
+  CompileRequest request;
+  request.arch = arch;
+  request.extra_options = extra_options;
+  for (const auto& v : variants) {
+    check_config(v.config);
+    for (auto& name : kernel_names(v)) request.names.push_back(std::move(name));
+  }
+  return compile(request);
+}
+
+std::string describe(const Variant& v) {
+  return std::string(dtype_name(v.x_dtype)) + "->" + dtype_name(v.y_dtype) + " e" +
+         std::to_string(v.config.elems_per_load) + " w" + std::to_string(v.config.warps) + " s" +
+         std::to_string(v.config.stages) + " p" + std::to_string(v.config.programs_per_sm);
+}
+
+}  // namespace gnsilu::detail

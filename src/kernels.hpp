@@ -1,0 +1,37 @@
+// The kernel variants: which template instances one (x dtype, y dtype, launch configuration) needs, and
+// compiling them. A variant is one NVRTC program with four kernels (chunk_stats, finalize, apply, fused).
+#pragma once
+
+#include <array>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compiler.hpp"
+#include "gnsilu/gnsilu.hpp"
+
+namespace gnsilu::detail {
+
+struct Variant {
+  DType x_dtype = DType::BF16;
+  DType y_dtype = DType::BF16;
+  LaunchConfig config;
+  friend bool operator==(const Variant&, const Variant&) = default;
+};
+
+enum KernelIndex : int { kStats = 0, kFinalize = 1, kApply = 2, kFused = 3, kKernelCount = 4 };
+
+// The four name expressions of a variant, in KernelIndex order.
+std::array<std::string, kKernelCount> kernel_names(const Variant& variant);
+
+// Throws Error(InvalidArgument) naming the field when a configuration is out of range.
+void check_config(const LaunchConfig& config);
+
+// Compiles the variants (all into one program) for `arch`.
+CompiledProgram compile_variants(int arch, std::span<const Variant> variants,
+                                 const std::vector<std::string>& extra_options = {});
+
+// "bf16->fp16 e16 w8 s1 p4" for logs and reports.
+std::string describe(const Variant& variant);
+
+}  // namespace gnsilu::detail

@@ -1,0 +1,136 @@
+#include "plan.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "errors.hpp"
+#include "gnsilu_math.cuh"
+#include "kernels.hpp"
+
+namespace gnsilu::detail {
+namespace {
+
+constexpr int64_t kFusedMaxChunks = 64;      // kernels/group_norm_silu.cu: kFusedMaxChunks
+constexpr int64_t kFusedMaxChannels = 256;   // kernels/group_norm_silu.cu: kFusedMaxChannels
+constexpr std::size_t kAlign = 256;
+// Below this many bytes of x the single launch wins whenever it is eligible (launch latency dominates).
+constexpr int64_t kFusedSmallElements = int64_t{4} << 20;
+
+std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups) {
+  if (shape.data() == nullptr && !shape.empty()) throw_invalid("shape", "is null");
+  if (shape.size() < 2) {
+    throw_invalid("ndim", "the shape needs at least 2 dimensions (N, C, *spatial), got " + std::to_string(shape.size()));
+  }
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) throw_invalid("shape", "dimension " + std::to_string(i) + " is negative (" + std::to_string(shape[i]) + ")");
+  }
+  Geometry g;
+  g.n = shape[0];
+  g.c = shape[1];
+  if (num_groups <= 0) throw_invalid("num_groups", "must be at least 1, got " + std::to_string(num_groups));
+  if (g.c == 0) throw_invalid("shape", "C (dimension 1) is 0; it must be a positive multiple of num_groups");
+  if (g.c % num_groups != 0) {
+    throw_invalid("num_groups", std::to_string(num_groups) + " does not divide C = " + std::to_string(g.c));
+  }
+  g.g = num_groups;
+  // Products must fit comfortably in int64 (element counts and byte offsets of 4-byte elements).
+  constexpr int64_t limit = std::numeric_limits<int64_t>::max() / 8;
+  int64_t s = 1;
+  for (std::size_t i = 2; i < shape.size(); ++i) {
+    if (shape[i] != 0 && s > limit / shape[i]) throw_invalid("shape", "the tensor has too many elements");
+    s *= shape[i];
+  }
+  g.s = s;
+  if (g.c != 0 && s > limit / g.c) throw_invalid("shape", "the tensor has too many elements");
+  const int64_t per_sample = g.c * s;
+  if (g.n != 0 && per_sample > limit / g.n) throw_invalid("shape", "the tensor has too many elements");
+  g.numel = g.n * per_sample;
+  g.channels_per_group = g.c / g.g;
+  g.group_length = g.channels_per_group * s;
+  g.groups_total = g.n * g.g;
+  g.chunks_per_group = ceil_div(g.group_length, math::kChunk);
+  g.chunks_total = g.groups_total * g.chunks_per_group;
+  return g;
+}
+
+bool fused_eligible(const Geometry& g) {
+  return g.chunks_per_group >= 1 && g.chunks_per_group <= kFusedMaxChunks && g.channels_per_group <= kFusedMaxChannels;
+}
+
+std::size_t split_workspace_bytes(const Geometry& g) {
+  if (g.numel == 0) return 0;
+  const std::size_t records = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(math::ChunkRecord), kAlign);
+  const std::size_t rows = static_cast<std::size_t>(g.n * g.c) * sizeof(math::RowConstants);
+  return round_up(records + rows, kAlign);
+}
+
+bool vectorizable(const Geometry& g, const void* x, const void* y) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  return aligned(x) && aligned(y) && g.s % math::kVec == 0;
+}
+
+Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, int sms) {
+  check_config(config);
+  if (sms < 1) sms = 1;
+  Plan plan;
+  const bool eligible = fused_eligible(g);
+  if (requested == Path::Fused && !eligible) {
+    throw_invalid("options.path", "the fused path takes groups of at most 64 Ki elements and 256 channels");
+  }
+  if (requested == Path::Auto) {
+    // One launch when the whole tensor is small (launch latency dominates) or when there are enough groups to
+    // fill the device; three launches otherwise.
+    plan.path = eligible && (g.numel <= kFusedSmallElements || g.groups_total >= 2 * static_cast<int64_t>(sms))
+                    ? Path::Fused
+                    : Path::Split;
+  } else {
+    plan.path = requested;
+  }
+  plan.threads = static_cast<unsigned>(config.warps * 32);
+  const int64_t max_blocks = static_cast<int64_t>(config.programs_per_sm) * sms;
+
+  kernel::Params& p = plan.params;
+  p.n = g.n;
+  p.c = g.c;
+  p.g = g.g;
+  p.s = g.s;
+  p.channels_per_group = g.channels_per_group;
+  p.group_length = g.group_length;
+  p.groups_total = g.groups_total;
+  p.chunks_per_group = g.chunks_per_group;
+  p.chunks_total = g.chunks_total;
+
+  if (plan.path == Path::Fused) {
+    plan.fused_blocks = static_cast<unsigned>(std::min(g.groups_total, max_blocks));
+    plan.workspace = 0;
+    return plan;
+  }
+  // chunk_stats: one warp per `stages` chunks.
+  const int64_t warps_needed = ceil_div(g.chunks_total, config.stages);
+  plan.stats_blocks = static_cast<unsigned>(std::clamp<int64_t>(ceil_div(warps_needed, config.warps), 1, max_blocks));
+  // finalize: one warp per group.
+  plan.finalize_blocks = static_cast<unsigned>(ceil_div(g.groups_total, config.warps));
+  // apply: rows of s elements cut into spans so that there are a few tiles per block of the grid.
+  const int64_t rows = g.n * g.c;
+  const int64_t step = static_cast<int64_t>(plan.threads) * config.elems_per_load;
+  const int64_t wanted_tiles = max_blocks * 4;
+  int64_t spans = std::clamp<int64_t>(ceil_div(wanted_tiles, rows), 1, std::max<int64_t>(1, ceil_div(g.s, step)));
+  int64_t span = ceil_div(g.s, spans);
+  span = ceil_div(span, math::kVec) * math::kVec;  // spans start on vector boundaries
+  spans = ceil_div(g.s, span);
+  p.spans_per_row = spans;
+  p.span_length = span;
+  p.tiles_total = rows * spans;
+  plan.apply_blocks = static_cast<unsigned>(std::min<int64_t>(p.tiles_total, max_blocks));
+  plan.rows_offset = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(math::ChunkRecord), kAlign);
+  plan.workspace = split_workspace_bytes(g);
+  return plan;
+}
+
+}  // namespace gnsilu::detail

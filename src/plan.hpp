@@ -1,0 +1,56 @@
+// From a validated problem to launches: the geometry of the tensor, the path (fused or split), grid sizes,
+// the kernel parameter block and the workspace layout. Pure host logic: tested in CI without a GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "gnsilu/gnsilu.hpp"
+#include "gnsilu_params.cuh"
+
+namespace gnsilu::detail {
+
+struct Geometry {
+  int64_t n = 0;                   // batch
+  int64_t c = 0;                   // channels
+  int64_t s = 1;                   // spatial elements per channel (1 with no spatial dimension)
+  int64_t g = 1;                   // groups per sample
+  int64_t channels_per_group = 0;
+  int64_t group_length = 0;        // channels_per_group * s
+  int64_t groups_total = 0;        // n * g
+  int64_t chunks_per_group = 0;
+  int64_t chunks_total = 0;
+  int64_t numel = 0;
+};
+
+// Checks the shape and group count (throws Error(InvalidArgument) naming "shape", "ndim" or "num_groups").
+Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups);
+
+// Whether the one-launch kernel can take this geometry (a group's records and constants fit on chip).
+bool fused_eligible(const Geometry& geometry);
+
+// Bytes of workspace for the split path (0 when fused); workspace_bytes is the most any path needs.
+std::size_t split_workspace_bytes(const Geometry& geometry);
+inline std::size_t workspace_bytes(const Geometry& geometry) { return split_workspace_bytes(geometry); }
+
+struct Plan {
+  Path path = Path::Split;
+  kernel::Params params{};
+  unsigned threads = 0;           // per block, every kernel
+  unsigned stats_blocks = 0;
+  unsigned finalize_blocks = 0;
+  unsigned apply_blocks = 0;
+  unsigned fused_blocks = 0;
+  std::size_t workspace = 0;      // bytes the plan needs
+  std::size_t rows_offset = 0;    // where the per-row constants start in the workspace
+};
+
+// The launches for `geometry` under `config` on a device with `sms` multiprocessors. `requested` may force a
+// path (Fused is refused with InvalidArgument when not eligible). Pointers in params are left null.
+Plan make_plan(const Geometry& geometry, const LaunchConfig& config, Path requested, int sms);
+
+// Whether 16-byte vectors can be used: both pointers 16-byte aligned and rows a multiple of 8 elements.
+bool vectorizable(const Geometry& geometry, const void* x, const void* y);
+
+}  // namespace gnsilu::detail

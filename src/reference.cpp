@@ -1,0 +1,156 @@
+// The CPU reference: kernels/gnsilu_math.cuh's arithmetic in the order the kernels apply it. Where the GPU
+// has a warp, this file has arrays of 32 lanes and the same butterfly, so the bits agree.
+#include "gnsilu/reference.hpp"
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "gnsilu_math.cuh"
+#include "validate.hpp"
+
+namespace gnsilu {
+namespace {
+
+using namespace math;
+
+// The warp butterfly: after the level that adds lane l ^ h, lanes l and l ^ h agree, so lane 0's value is
+// w[0] + w[h] at each level (addition commutes bit for bit).
+template <typename T>
+T butterfly(T (&w)[kLanes]) {
+  for (int h = kLanes / 2; h >= 1; h /= 2) {
+    for (int l = 0; l < h; ++l) w[l] = w[l] + w[l + h];
+  }
+  return w[0];
+}
+
+template <int XT>
+ChunkRecord chunk_record(const void* x, i64 start, int n) {
+  float v[kChunk];
+  for (int i = 0; i < kChunk; ++i) v[i] = i < n ? load_element<XT>(x, start + i) : 0.0f;
+
+  float lanes[kLanes];
+  u32 top = 0;
+  for (int lane = 0; lane < kLanes; ++lane) {
+    float part[kSlots];
+    for (int s = 0; s < kSlots; ++s) {
+      float a[kVec];
+      for (int e = 0; e < kVec; ++e) {
+        const float value = v[(lane + kLanes * s) * kVec + e];
+        a[e] = value * Scaling<XT>::kFirst;
+        if constexpr (Scaling<XT>::kScaled) top = std::max(top, bits_of(value) & 0x7FFFFFFFu);
+      }
+      part[s] = tree8(a);
+    }
+    lanes[lane] = tree_slots(part[0], part[1], part[2], part[3]);
+  }
+  const Pivot pivot = chunk_pivot<XT>(butterfly(lanes), top, n);
+
+  float lanes_r[kLanes];
+  float lanes_q[kLanes];
+  for (int lane = 0; lane < kLanes; ++lane) {
+    float pr[kSlots];
+    float pq[kSlots];
+    for (int s = 0; s < kSlots; ++s) {
+      float d[kVec];
+      float dd[kVec];
+      for (int e = 0; e < kVec; ++e) {
+        const int i = (lane + kLanes * s) * kVec + e;
+        d[e] = i < n ? centred(v[i], pivot) : 0.0f;
+        dd[e] = d[e] * d[e];
+      }
+      pr[s] = tree8(d);
+      pq[s] = tree8(dd);
+    }
+    lanes_r[lane] = tree_slots(pr[0], pr[1], pr[2], pr[3]);
+    lanes_q[lane] = tree_slots(pq[0], pq[1], pq[2], pq[3]);
+  }
+  ChunkRecord r;
+  r.c = pivot.c;
+  r.r = butterfly(lanes_r);
+  r.q = butterfly(lanes_q);
+  r.e = pivot.e;
+  return r;
+}
+
+GroupStats combine(const std::vector<ChunkRecord>& records, i64 length, double eps) {
+  const i64 count = static_cast<i64>(records.size());
+  double sums[kLanes] = {};
+  int max_e = -1000;
+  for (i64 j = 0; j < count; ++j) {
+    double& lane = sums[j % kLanes];
+    lane = lane + record_sum(records[static_cast<std::size_t>(j)], chunk_length(length, j));
+    max_e = std::max(max_e, records[static_cast<std::size_t>(j)].e);
+  }
+  const double sum = butterfly(sums);
+  const double mean = div64(sum, static_cast<double>(length));
+  double squares[kLanes] = {};
+  for (i64 j = 0; j < count; ++j) {
+    double& lane = squares[j % kLanes];
+    lane = lane + record_squares(records[static_cast<std::size_t>(j)], chunk_length(length, j), mean);
+  }
+  return group_stats(sum, butterfly(squares), length, max_e, eps);
+}
+
+template <int XT, int YT>
+void run_groups(const Problem& p, const detail::Geometry& g, i64 first, i64 last) {
+  std::vector<ChunkRecord> records(static_cast<std::size_t>(g.chunks_per_group));
+  for (i64 group = first; group < last; ++group) {
+    const i64 base = group * g.group_length;
+    for (i64 j = 0; j < g.chunks_per_group; ++j) {
+      records[static_cast<std::size_t>(j)] = chunk_record<XT>(p.x, base + j * kChunk, chunk_length(g.group_length, j));
+    }
+    const GroupStats stats = combine(records, g.group_length, p.eps);
+    const i64 sample = group / g.g;
+    const i64 first_channel = (group - sample * g.g) * g.channels_per_group;
+    for (i64 k = 0; k < g.channels_per_group; ++k) {
+      const i64 channel = first_channel + k;
+      const RowConstants rc =
+          row_constants(stats, load_parameter(p.weight, static_cast<int>(p.weight_dtype), channel, 1.0),
+                        load_parameter(p.bias, static_cast<int>(p.bias_dtype), channel, 0.0));
+      const i64 row = base + k * g.s;
+      for (i64 i = row; i < row + g.s; ++i) store_element<YT>(p.y, i, transform(load_element<XT>(p.x, i), rc));
+    }
+  }
+}
+
+template <int XT, int YT>
+void run(const Problem& p, const detail::Geometry& g, unsigned threads) {
+  const i64 groups = g.groups_total;
+  const i64 workers = std::max<i64>(1, std::min<i64>(threads, groups));
+  if (workers == 1) {
+    run_groups<XT, YT>(p, g, 0, groups);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (i64 w = 0; w < workers; ++w) {
+    const i64 first = groups * w / workers;
+    const i64 last = groups * (w + 1) / workers;
+    pool.emplace_back([&p, &g, first, last] { run_groups<XT, YT>(p, g, first, last); });
+  }
+  for (auto& t : pool) t.join();
+}
+
+template <int XT>
+void dispatch_y(const Problem& p, const detail::Geometry& g, unsigned threads) {
+  switch (p.y_dtype) {
+    case DType::BF16: return run<XT, kBF16>(p, g, threads);
+    case DType::FP16: return run<XT, kFP16>(p, g, threads);
+    default: return run<XT, kFP32>(p, g, threads);
+  }
+}
+
+}  // namespace
+
+void reference_group_norm_silu(const Problem& problem, unsigned threads) {
+  const detail::Geometry g = detail::validate_problem(problem);
+  if (g.numel == 0) return;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  switch (problem.x_dtype) {
+    case DType::BF16: return dispatch_y<kBF16>(problem, g, threads);
+    case DType::FP16: return dispatch_y<kFP16>(problem, g, threads);
+    default: return dispatch_y<kFP32>(problem, g, threads);
+  }
+}
+
+}  // namespace gnsilu

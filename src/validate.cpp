@@ -1,0 +1,42 @@
+#include "validate.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "errors.hpp"
+
+namespace gnsilu::detail {
+namespace {
+
+bool tensor_dtype(DType d) { return d == DType::BF16 || d == DType::FP16 || d == DType::FP32; }
+
+void check_tensor_dtype(const char* name, DType d) {
+  if (!tensor_dtype(d)) {
+    throw_invalid(name, "unknown dtype " + std::to_string(static_cast<int>(d)) + " (expected BF16=1, FP16=2 or FP32=3)");
+  }
+}
+
+void check_parameter_dtype(const char* name, const void* pointer, DType d) {
+  if (pointer == nullptr) return;  // absent: dtype ignored
+  if (!tensor_dtype(d)) {
+    throw_invalid(name, "unknown dtype " + std::to_string(static_cast<int>(d)) +
+                            " for a non-null pointer (expected BF16=1, FP16=2 or FP32=3)");
+  }
+}
+
+}  // namespace
+
+Geometry validate_problem(const Problem& p) {
+  if (p.x == nullptr) throw_invalid("x", "is null");
+  if (p.y == nullptr) throw_invalid("y", "is null");
+  check_tensor_dtype("x_dtype", p.x_dtype);
+  check_tensor_dtype("y_dtype", p.y_dtype);
+  check_parameter_dtype("weight_dtype", p.weight, p.weight_dtype);
+  check_parameter_dtype("bias_dtype", p.bias, p.bias_dtype);
+  if (!(p.eps > 0.0) || !std::isfinite(p.eps)) {
+    throw_invalid("eps", "must be a finite number > 0, got " + std::to_string(p.eps));
+  }
+  return make_geometry(p.shape, p.num_groups);
+}
+
+}  // namespace gnsilu::detail

@@ -1,0 +1,178 @@
+// The CPU reference (the kernels' arithmetic and tree, on the host) against an independent long double
+// computation: the fraction of outputs equal to the correctly rounded exact result, and the largest error
+// in ulps, on random and adversarial inputs.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "support.hpp"
+
+using namespace testing;
+using gnsilu::DType;
+
+namespace {
+
+struct Case {
+  std::vector<int64_t> shape;
+  int64_t groups;
+};
+
+struct Result {
+  Accuracy accuracy;
+  HostTensor y;
+};
+
+Result run_case(const Case& c, DType xd, DType yd, Data data, uint64_t seed, bool affine = true,
+                DType pd = DType::FP32, double eps = 1e-6) {
+  int64_t numel = 1;
+  for (auto d : c.shape) numel *= d;
+  const int64_t n = c.shape[0], ch = c.shape[1], s = numel / (n * ch);
+  const auto group_length = static_cast<std::size_t>(ch / c.groups * s);
+  HostTensor x = make_input(xd, static_cast<std::size_t>(numel), group_length, data, seed);
+  HostTensor w = make_parameter(pd, static_cast<std::size_t>(ch), seed + 1, 1.0f, 0.5f);
+  HostTensor b = make_parameter(pd, static_cast<std::size_t>(ch), seed + 2, 0.0f, 0.5f);
+  Result r{{}, HostTensor(yd, static_cast<std::size_t>(numel))};
+  gnsilu::Problem p;
+  p.x = x.data();
+  p.x_dtype = xd;
+  p.y = r.y.data();
+  p.y_dtype = yd;
+  p.shape = c.shape;
+  p.num_groups = c.groups;
+  p.weight = affine ? w.data() : nullptr;
+  p.weight_dtype = pd;
+  p.bias = affine ? b.data() : nullptr;
+  p.bias_dtype = pd;
+  p.eps = eps;
+  gnsilu::reference_group_norm_silu(p);
+  const auto exact = exact_reference(x, n, ch, s, c.groups, affine ? &w : nullptr, affine ? &b : nullptr, eps);
+  r.accuracy = measure(r.y, exact);
+  return r;
+}
+
+std::string label(DType xd, DType yd, Data d) {
+  return std::string(gnsilu::dtype_name(xd)) + "->" + gnsilu::dtype_name(yd) + " " + data_name(d);
+}
+
+}  // namespace
+
+TEST_CASE("16-bit outputs are correctly rounded almost everywhere, including a large mean against a small spread") {
+  const Case shape{{2, 64, 24, 24}, 32};
+  for (DType xd : {DType::BF16, DType::FP16, DType::FP32}) {
+    for (DType yd : {DType::BF16, DType::FP16}) {
+      for (Data d : {Data::Normal, Data::LargeMean, Data::TinySpread}) {
+        const Result r = run_case(shape, xd, yd, d, 1234);
+        MESSAGE(label(xd, yd, d) << ": correctly rounded " << 100.0 * r.accuracy.fraction() << "%, max error "
+                                 << r.accuracy.max_ulps << " ulp");
+        CHECK(r.accuracy.nan_mismatches == 0);
+        CHECK(r.accuracy.fraction() >= 0.999);
+        CHECK(r.accuracy.max_ulps < 1.0);
+      }
+    }
+  }
+}
+
+// FP32 outputs: the statistics are exact to about 2^-28 of the spread, so where the pre-activation crosses zero
+// the relative error of tiny outputs grows; away from the crossings the error stays within a few ulps.
+TEST_CASE("FP32 outputs stay within a few ulps away from zero crossings") {
+  const Case shape{{1, 32, 40, 40}, 8};
+  for (DType xd : {DType::BF16, DType::FP16, DType::FP32}) {
+    for (Data d : {Data::Normal, Data::LargeMean}) {
+      const Result r = run_case(shape, xd, DType::FP32, d, 99);
+      MESSAGE(label(xd, DType::FP32, d) << ": correctly rounded " << 100.0 * r.accuracy.fraction() << "%, max error "
+                                        << r.accuracy.max_ulps_large << " ulp where |y| >= 2^-6, "
+                                        << r.accuracy.max_ulps << " ulp anywhere");
+      CHECK(r.accuracy.nan_mismatches == 0);
+      CHECK(r.accuracy.fraction() >= 0.4);
+      CHECK(r.accuracy.max_ulps_large < 16.0);
+    }
+  }
+}
+
+TEST_CASE("subnormal, huge and constant inputs") {
+  const Case shape{{1, 16, 33, 31}, 4};
+  for (DType xd : {DType::BF16, DType::FP16, DType::FP32}) {
+    for (Data d : {Data::Subnormal, Data::Huge, Data::Constant}) {
+      const Result r = run_case(shape, xd, DType::BF16, d, 5);
+      MESSAGE(label(xd, DType::BF16, d) << ": correctly rounded " << 100.0 * r.accuracy.fraction() << "%, max error "
+                                        << r.accuracy.max_ulps << " ulp");
+      CHECK(r.accuracy.nan_mismatches == 0);
+      CHECK(r.accuracy.fraction() >= 0.999);
+      CHECK(r.accuracy.max_ulps < 1.0);
+    }
+  }
+}
+
+TEST_CASE("NaN or Inf in a group makes that group NaN and leaves the others alone") {
+  const Case shape{{2, 8, 16, 16}, 4};
+  for (DType xd : {DType::BF16, DType::FP16, DType::FP32}) {
+    for (Data d : {Data::WithNaN, Data::WithInf}) {
+      const Result r = run_case(shape, xd, DType::FP16, d, 77);
+      const std::size_t group_length = 2 * 16 * 16;
+      for (std::size_t i = 0; i < r.y.size(); ++i) {
+        const bool in_first = i < group_length;
+        if (in_first) CHECK(r.y.bits(i) == 0x7E00u);  // canonical NaN
+        else CHECK_FALSE(std::isnan(r.y.get(i)));
+      }
+      CHECK(r.accuracy.nan_mismatches == 0);
+    }
+  }
+}
+
+TEST_CASE("huge groups, N > 1, 5-D, no affine, other parameter dtypes") {
+  SUBCASE("one group of 2^20 elements") {
+    const Result r = run_case({{1, 64, 128, 128}, 1}, DType::BF16, DType::BF16, Data::LargeMean, 3);
+    MESSAGE("G=1, 2^20 elements: " << 100.0 * r.accuracy.fraction() << "%, max " << r.accuracy.max_ulps << " ulp");
+    CHECK(r.accuracy.fraction() >= 0.999);
+    CHECK(r.accuracy.max_ulps < 1.0);
+  }
+  SUBCASE("5-D video activation, N = 2") {
+    const Result r = run_case({{2, 32, 3, 10, 12}, 8}, DType::FP16, DType::FP16, Data::Normal, 4, true, DType::BF16);
+    CHECK(r.accuracy.fraction() >= 0.999);
+    CHECK(r.accuracy.max_ulps < 1.0);
+  }
+  SUBCASE("no spatial dimension, no affine") {
+    const Result r = run_case({{5, 12}, 3}, DType::FP32, DType::BF16, Data::Normal, 6, false);
+    CHECK(r.accuracy.fraction() >= 0.99);
+    CHECK(r.accuracy.max_ulps < 1.0);
+  }
+  SUBCASE("fp16 parameters, eps 1e-5") {
+    const Result r = run_case({{3, 24, 7, 9}, 6}, DType::BF16, DType::FP16, Data::TinySpread, 8, true, DType::FP16, 1e-5);
+    CHECK(r.accuracy.fraction() >= 0.999);
+    CHECK(r.accuracy.max_ulps < 1.0);
+  }
+}
+
+TEST_CASE("the result does not depend on the number of threads") {
+  const std::vector<int64_t> shape{3, 16, 45, 47};
+  HostTensor x = make_input(DType::BF16, 3 * 16 * 45 * 47, 4 * 45 * 47, Data::Normal, 11);
+  HostTensor y1(DType::BF16, x.size()), y2(DType::BF16, x.size());
+  gnsilu::Problem p;
+  p.x = x.data();
+  p.shape = shape;
+  p.num_groups = 4;
+  p.y = y1.data();
+  gnsilu::reference_group_norm_silu(p, 1);
+  p.y = y2.data();
+  gnsilu::reference_group_norm_silu(p, 7);
+  CHECK(y1.bytes == y2.bytes);
+}
+
+TEST_CASE("the reference checks its arguments like the GPU entry point") {
+  float x[8] = {}, y[8] = {};
+  const int64_t shape[] = {1, 8};
+  gnsilu::Problem p;
+  p.x = x;
+  p.x_dtype = DType::FP32;
+  p.y = y;
+  p.y_dtype = DType::FP32;
+  p.shape = shape;
+  p.num_groups = 3;
+  CHECK_THROWS_WITH_AS(gnsilu::reference_group_norm_silu(p), doctest::Contains("'num_groups'"), gnsilu::Error);
+  p.num_groups = 2;
+  p.eps = 0;
+  CHECK_THROWS_WITH_AS(gnsilu::reference_group_norm_silu(p), doctest::Contains("'eps'"), gnsilu::Error);
+}
