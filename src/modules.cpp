@@ -1,6 +1,7 @@
 #include "modules.hpp"
 
 #include <chrono>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -45,9 +46,12 @@ CodeKey code_key(const Variant& v) {
           v.config.stages};
 }
 
+using ProgramFuture = std::shared_future<std::shared_ptr<const CompiledProgram>>;
+
 struct Registry {
   std::mutex mutex;
-  std::map<std::tuple<int, CodeKey>, std::unique_ptr<CompiledProgram>> programs;
+  // One entry per (arch, code): the first caller compiles (outside the lock), the others wait on its future.
+  std::map<std::tuple<int, CodeKey>, ProgramFuture> programs;
   std::map<std::tuple<CUcontext, CodeKey>, std::unique_ptr<LoadedModule>> modules;
 };
 
@@ -57,30 +61,54 @@ Registry& registry() {
   return *r;
 }
 
-const CompiledProgram& compiled_locked(Registry& r, int arch, const Variant& variant) {
-  auto& slot = r.programs[{arch, code_key(variant)}];
-  if (!slot) {
-    const auto started = std::chrono::steady_clock::now();
-    slot = std::make_unique<CompiledProgram>(compile_variants(arch, std::span<const Variant>(&variant, 1)));
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-    logger().info("compiled {} for sm_{} in {:.0f} ms", describe(variant), arch, ms);
-  }
-  return *slot;
-}
-
 }  // namespace
 
 const CompiledProgram& compiled_for(int arch, const Variant& variant) {
   Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  return compiled_locked(r, arch, variant);
+  const auto key = std::make_tuple(arch, code_key(variant));
+  std::promise<std::shared_ptr<const CompiledProgram>> promise;
+  ProgramFuture future;
+  bool mine = false;
+  {
+    std::lock_guard lock(r.mutex);
+    auto it = r.programs.find(key);
+    if (it == r.programs.end()) {
+      future = promise.get_future().share();
+      r.programs.emplace(key, future);
+      mine = true;
+    } else {
+      future = it->second;
+    }
+  }
+  if (mine) {
+    try {
+      const auto started = std::chrono::steady_clock::now();
+      auto program = std::make_shared<const CompiledProgram>(compile_variants(arch, std::span<const Variant>(&variant, 1)));
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+      logger().info("compiled {} for sm_{} in {:.0f} ms", describe(variant), arch, ms);
+      promise.set_value(std::move(program));
+    } catch (...) {
+      promise.set_exception(std::current_exception());
+      std::lock_guard lock(r.mutex);
+      r.programs.erase(key);  // a later call tries again
+      throw;
+    }
+  }
+  return *future.get();
 }
 
 const LoadedModule& kernels_for(CUcontext context, const DeviceInfo& device, const Variant& variant) {
   Registry& r = registry();
+  const auto key = std::make_tuple(context, code_key(variant));
+  {
+    std::lock_guard lock(r.mutex);
+    auto it = r.modules.find(key);
+    if (it != r.modules.end()) return *it->second;
+  }
+  const CompiledProgram& program = compiled_for(device.arch(), variant);
   std::lock_guard lock(r.mutex);
-  auto& slot = r.modules[{context, code_key(variant)}];
-  if (!slot) slot = std::make_unique<LoadedModule>(context, compiled_locked(r, device.arch(), variant), 0);
+  auto& slot = r.modules[key];
+  if (!slot) slot = std::make_unique<LoadedModule>(context, program, 0);
   return *slot;
 }
 
