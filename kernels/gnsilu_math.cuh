@@ -16,8 +16,9 @@
 //   * element i of a chunk belongs to vector i/8 (8 contiguous elements), to lane (i/8) % 32 and to slot
 //     i/256 of that lane. A chunk sum adds the 8 elements of a vector pairwise (bits 0, 1, 2 of i), then the
 //     4 slots of a lane (bit 9, then bit 8), then the 32 lanes (bits 7 down to 3: a warp butterfly);
-//   * a chunk gives a record {c, R, Q, E}: c a pivot near the chunk mean, and with d = x*2^-E - c*2^-E,
-//     R = sum d and Q = sum d*d, each with that tree; 2^E bounds |x| + |c| so nothing overflows;
+//   * a chunk gives a record {c, R, Q, E}: c a pivot near the chunk mean (12 significant bits), and with
+//     d = x*2^-E - c*2^-E, R = sum d and Q = sum d*d, each with that tree (in FP64 above the vectors);
+//     2^E bounds |x| + |c| so nothing overflows;
 //   * a group's mean and sum of squared deviations come from its records in FP64: lane l (of 32) adds
 //     records l, l+32, l+64, ... in order, then the lanes are combined by the same butterfly.
 // A warp that holds a chunk in registers computes exactly this tree; so does the CPU reference.
@@ -144,16 +145,14 @@ GNSILU_HD float round_to_int(float v) {
 // ---- 16-bit formats, as bits ---------------------------------------------------------------------------
 GNSILU_HD float bf16_to_float(u16 h) { return float_of(static_cast<u32>(h) << 16); }
 
+// The fp16 bits shifted into a float's exponent and mantissa fields are the value times 2^-112 (subnormals
+// included, as float subnormals); one exact multiplication rebiases. Inf and NaN take the all-ones exponent.
 GNSILU_HD float fp16_to_float(u16 h) {
   const u32 sign = static_cast<u32>(h & 0x8000u) << 16;
-  const u32 exponent = (h >> 10) & 0x1Fu;
-  const u32 mantissa = h & 0x3FFu;
-  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact
-    const float magnitude = static_cast<float>(mantissa) * pow2f(-24);
-    return float_of(bits_of(magnitude) | sign);
-  }
-  if (exponent == 31) return float_of(sign | 0x7F800000u | (mantissa << 13));
-  return float_of(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  const u32 magnitude = static_cast<u32>(h & 0x7FFFu) << 13;
+  const u32 scaled = bits_of(float_of(magnitude) * pow2f(112));
+  const u32 special = 0x7F800000u | (magnitude & 0x007FE000u);
+  return float_of(sign | ((h & 0x7C00u) == 0x7C00u ? special : scaled));
 }
 
 GNSILU_HD u16 float_to_bf16(float f) {
@@ -275,9 +274,20 @@ struct Scaling {
   static constexpr double kFirstInverse = kScaled ? 2048.0 : 1.0;
 };
 
-// The pivot of a chunk from its first-pass sum (of x * 2^-11 or x) and the largest |x| bits.
+// A float rounded (nearest even) to 12 significant bits; values that would round past the largest float are
+// truncated instead.
+GNSILU_HD float round_to_12_bits(float f) {
+  const u32 u = bits_of(f);
+  const u32 rounded = (u + 0x7FFu + ((u >> 12) & 1u)) & ~0xFFFu;
+  return float_of((rounded & 0x7F800000u) == 0x7F800000u && (u & 0x7F800000u) != 0x7F800000u ? u & ~0xFFFu : rounded);
+}
+
+// The pivot of a chunk from its first-pass sum (of x * 2^-11 or x) and the largest |x| bits. The pivot has
+// 12 significant bits so that d = x - c is exact for 16-bit x within a wide range around it: with d exact and
+// its vector sums exact, the sum of d over a chunk (R, accumulated in FP64 above the vectors) is exact for
+// typical 16-bit data, and the group mean is exact to FP64 rounding.
 struct Pivot {
-  float c;   // the chunk mean rounded to FP32 (clamped to the finite range)
+  float c;   // the chunk mean in FP32, clamped to the finite range, rounded to 12 significant bits
   float t;   // 2^-E
   float ct;  // c * 2^-E
   int e;     // E
@@ -290,7 +300,7 @@ GNSILU_HD Pivot chunk_pivot(float first_sum, u32 max_abs_bits, int n) {
   if (mean > largest) mean = largest;
   if (mean < -largest) mean = -largest;
   Pivot p;
-  p.c = narrow(mean);
+  p.c = round_to_12_bits(narrow(mean));
   if constexpr (Scaling<XT>::kScaled) {
     const int ex = exponent_of(max_abs_bits);
     const int ec = exponent_of(bits_of(p.c) & 0x7FFFFFFFu);
@@ -312,23 +322,28 @@ GNSILU_HD float centred(float x, const Pivot& p) { return fma32(x, p.t, -p.ct); 
 
 // A chunk's record, as stored between the statistics and the apply step.
 struct alignas(16) ChunkRecord {
-  float c;  // pivot
-  float r;  // sum of d
-  float q;  // sum of d * d
-  int e;    // E
+  double r;  // sum of d: FP32 within each vector of 8, FP64 above
+  double q;  // sum of d * d: likewise
+  float c;   // pivot
+  int e;     // E
+  int unused[2];
 };
+static_assert(sizeof(ChunkRecord) == 32, "ChunkRecord layout");
+
+// The slots of a lane for the FP64 part of R: the same tree as tree_slots.
+GNSILU_HD double tree_slots(double s0, double s1, double s2, double s3) { return (s0 + s2) + (s1 + s3); }
 
 // ---- group statistics from records (FP64) --------------------------------------------------------------
 // n * c + R * 2^E: the chunk's sum of x (the products are exact, one rounding in the sum).
 GNSILU_HD double record_sum(const ChunkRecord& r, int n) {
-  return static_cast<double>(n) * static_cast<double>(r.c) + static_cast<double>(r.r) * pow2d(r.e);
+  return static_cast<double>(n) * static_cast<double>(r.c) + r.r * pow2d(r.e);
 }
 // The chunk's sum of (x - m)^2 = Q 2^2E + delta (2 R 2^E + n delta), delta = c - m.
 GNSILU_HD double record_squares(const ChunkRecord& r, int n, double m) {
   const double scale = pow2d(r.e);
   const double delta = static_cast<double>(r.c) - m;
-  const double linear = 2.0 * (static_cast<double>(r.r) * scale) + static_cast<double>(n) * delta;
-  return (static_cast<double>(r.q) * scale) * scale + delta * linear;
+  const double linear = 2.0 * (r.r * scale) + static_cast<double>(n) * delta;
+  return (r.q * scale) * scale + delta * linear;
 }
 // Elements in chunk j of a group of length L.
 GNSILU_HD int chunk_length(i64 group_length, i64 j) {

@@ -26,6 +26,10 @@ namespace kernel {
 using namespace gnsilu::math;
 
 constexpr int kFusedMaxChunks = 64;
+// Blocks per multiprocessor the compiler must allow: at least 512 threads, so at most 128 registers a thread.
+// Without it, ptxas for some architectures (sm_120) picks a 64-register cap and spills.
+template <int WARPS>
+constexpr int kMinBlocks = WARPS >= 16 ? 1 : 16 / WARPS;
 constexpr int kFusedMaxChannels = 256;
 
 struct alignas(16) Raw16 {
@@ -151,8 +155,8 @@ __device__ __forceinline__ ChunkRecord reduce_chunk(const float (&v)[kSlots][kVe
   if constexpr (Scaling<XT>::kScaled) top = warp_max(top);
   const Pivot pivot = chunk_pivot<XT>(first, top, n);
 
-  float pr[kSlots];
-  float pq[kSlots];
+  double pr[kSlots];
+  double pq[kSlots];
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
     float d[kVec];
@@ -163,14 +167,16 @@ __device__ __forceinline__ ChunkRecord reduce_chunk(const float (&v)[kSlots][kVe
       d[e] = i < n ? centred(v[s][e], pivot) : 0.0f;
       dd[e] = d[e] * d[e];
     }
-    pr[s] = tree8(d);
-    pq[s] = tree8(dd);
+    pr[s] = static_cast<double>(tree8(d));
+    pq[s] = static_cast<double>(tree8(dd));
   }
   ChunkRecord r;
-  r.c = pivot.c;
   r.r = warp_sum(tree_slots(pr[0], pr[1], pr[2], pr[3]));
+  r.c = pivot.c;
   r.q = warp_sum(tree_slots(pq[0], pq[1], pq[2], pq[3]));
   r.e = pivot.e;
+  r.unused[0] = 0;
+  r.unused[1] = 0;
   return r;
 }
 
@@ -229,7 +235,7 @@ __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, c
 
 // ---- split path ------------------------------------------------------------------------------------------
 template <int XT, int WARPS, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32) chunk_stats(const Params p) {
+__global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(const Params p) {
   static_assert(WARPS >= 1 && WARPS <= 32, "WARPS");
   static_assert(STAGES == 1 || STAGES == 2, "STAGES");
   const int lane = threadIdx.x & 31;
@@ -252,7 +258,7 @@ __global__ void __launch_bounds__(WARPS * 32) chunk_stats(const Params p) {
 }
 
 template <int WARPS>
-__global__ void __launch_bounds__(WARPS * 32) finalize(const Params p) {
+__global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) finalize(const Params p) {
   const int lane = threadIdx.x & 31;
   const i64 group = static_cast<i64>(blockIdx.x) * WARPS + threadIdx.x / 32;
   if (group >= p.groups_total) return;
@@ -267,7 +273,7 @@ __global__ void __launch_bounds__(WARPS * 32) finalize(const Params p) {
 }
 
 template <int XT, int YT, int WARPS, int EPL>
-__global__ void __launch_bounds__(WARPS * 32) apply(const Params p) {
+__global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Params p) {
   static_assert(EPL == 8 || EPL == 16 || EPL == 32, "EPL");
   const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
   for (i64 t = blockIdx.x; t < p.tiles_total; t += gridDim.x) {
@@ -282,7 +288,7 @@ __global__ void __launch_bounds__(WARPS * 32) apply(const Params p) {
 
 // ---- fused path ------------------------------------------------------------------------------------------
 template <int XT, int YT, int WARPS, int EPL>
-__global__ void __launch_bounds__(WARPS * 32) fused(const Params p) {
+__global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) fused(const Params p) {
   constexpr int kThreads = WARPS * 32;
   constexpr int kVecs = EPL / kVec;
   __shared__ ChunkRecord records[kFusedMaxChunks];

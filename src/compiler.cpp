@@ -103,7 +103,12 @@ CompiledProgram compile(const CompileRequest& request) {
   GNSILU_NVRTC(nvrtcCreateProgram(&raw, main_file->text, main_file->name, static_cast<int>(header_texts.size()),
                                   header_texts.data(), header_names.data()));
   Program program(raw);
-  for (const auto& name : request.names) GNSILU_NVRTC(nvrtcAddNameExpression(raw, name.c_str()));
+  std::vector<std::string> unique_names;
+  for (const auto& name : request.names) {
+    if (std::find(unique_names.begin(), unique_names.end(), name) != unique_names.end()) continue;
+    unique_names.push_back(name);
+    GNSILU_NVRTC(nvrtcAddNameExpression(raw, name.c_str()));
+  }
 
   std::vector<std::string> options = fixed_options(target, out.is_cubin);
   options.insert(options.end(), request.extra_options.begin(), request.extra_options.end());

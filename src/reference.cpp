@@ -46,11 +46,11 @@ ChunkRecord chunk_record(const void* x, i64 start, int n) {
   }
   const Pivot pivot = chunk_pivot<XT>(butterfly(lanes), top, n);
 
-  float lanes_r[kLanes];
-  float lanes_q[kLanes];
+  double lanes_r[kLanes];
+  double lanes_q[kLanes];
   for (int lane = 0; lane < kLanes; ++lane) {
-    float pr[kSlots];
-    float pq[kSlots];
+    double pr[kSlots];
+    double pq[kSlots];
     for (int s = 0; s < kSlots; ++s) {
       float d[kVec];
       float dd[kVec];
@@ -59,17 +59,19 @@ ChunkRecord chunk_record(const void* x, i64 start, int n) {
         d[e] = i < n ? centred(v[i], pivot) : 0.0f;
         dd[e] = d[e] * d[e];
       }
-      pr[s] = tree8(d);
-      pq[s] = tree8(dd);
+      pr[s] = static_cast<double>(tree8(d));
+      pq[s] = static_cast<double>(tree8(dd));
     }
     lanes_r[lane] = tree_slots(pr[0], pr[1], pr[2], pr[3]);
     lanes_q[lane] = tree_slots(pq[0], pq[1], pq[2], pq[3]);
   }
   ChunkRecord r;
-  r.c = pivot.c;
   r.r = butterfly(lanes_r);
+  r.c = pivot.c;
   r.q = butterfly(lanes_q);
   r.e = pivot.e;
+  r.unused[0] = 0;
+  r.unused[1] = 0;
   return r;
 }
 

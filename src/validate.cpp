@@ -1,6 +1,7 @@
 #include "validate.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "errors.hpp"
@@ -24,6 +25,13 @@ void check_parameter_dtype(const char* name, const void* pointer, DType d) {
   }
 }
 
+void check_alignment(const char* name, const void* pointer, DType d) {
+  const std::size_t size = dtype_size(d);
+  if (pointer != nullptr && size != 0 && reinterpret_cast<std::uintptr_t>(pointer) % size != 0) {
+    throw_invalid(name, "is not aligned to its element size (" + std::to_string(size) + " bytes)");
+  }
+}
+
 }  // namespace
 
 Geometry validate_problem(const Problem& p) {
@@ -33,6 +41,10 @@ Geometry validate_problem(const Problem& p) {
   check_tensor_dtype("y_dtype", p.y_dtype);
   check_parameter_dtype("weight_dtype", p.weight, p.weight_dtype);
   check_parameter_dtype("bias_dtype", p.bias, p.bias_dtype);
+  check_alignment("x", p.x, p.x_dtype);
+  check_alignment("y", p.y, p.y_dtype);
+  check_alignment("weight", p.weight, p.weight_dtype);
+  check_alignment("bias", p.bias, p.bias_dtype);
   if (!(p.eps > 0.0) || !std::isfinite(p.eps)) {
     throw_invalid("eps", "must be a finite number > 0, got " + std::to_string(p.eps));
   }

@@ -71,7 +71,7 @@ void device_sync() { GNSILU_CU(drv().cuCtxSynchronize()); }
 struct Shape {
   std::vector<int64_t> dims;
   int64_t groups;
-  std::size_t misalign = 0;  // bytes added to the x and y addresses (disables 16-byte vectors)
+  std::size_t misalign = 0;  // elements added to the x and y addresses (disables 16-byte vectors)
 };
 
 int64_t numel(const std::vector<int64_t>& dims) {
@@ -87,7 +87,7 @@ std::string shape_text(const Shape& s) {
     out += std::to_string(d);
   }
   out += " G=" + std::to_string(s.groups);
-  if (s.misalign) out += " misaligned+" + std::to_string(s.misalign);
+  if (s.misalign) out += " offset by " + std::to_string(s.misalign) + " elements";
   return out;
 }
 
@@ -132,8 +132,8 @@ TEST_CASE("every dtype pair, configuration and path gives the CPU reference's bi
       {{1, 32, 256, 256}, 32},        // 64 chunks per group: the largest fused group
       {{1, 32, 300, 300}, 8},         // 360000-element groups: split only
       {{4, 128, 32, 32}, 32},         // N = 4
-      {{2, 96, 24, 24}, 32, 2},       // misaligned pointers
-      {{1, 64, 72, 72}, 32, 8},       // 8-byte aligned only
+      {{2, 96, 24, 24}, 32, 1},       // pointers one element off 16-byte alignment
+      {{1, 64, 72, 72}, 32, 4},       // 8-byte aligned 16-bit tensors, 16-byte aligned FP32 tensors
   };
   const Data datas[] = {Data::Normal, Data::LargeMean, Data::TinySpread};
   const DType params[] = {DType::FP32, DType::BF16, DType::FP16, DType::None};
@@ -151,7 +151,7 @@ TEST_CASE("every dtype pair, configuration and path gives the CPU reference's bi
     db.upload(b.data());
     for (DType xd : kTypes) {
       HostTensor x = make_input(xd, static_cast<std::size_t>(n), static_cast<std::size_t>(geometry.group_length), data, 100 + shape_index);
-      DeviceMemory dx(x.bytes.size(), shape.misalign);
+      DeviceMemory dx(x.bytes.size(), shape.misalign * gnsilu::dtype_size(xd));
       dx.upload(x.data());
       for (DType yd : kTypes) {
         HostTensor expected(yd, static_cast<std::size_t>(n));
@@ -168,7 +168,7 @@ TEST_CASE("every dtype pair, configuration and path gives the CPU reference's bi
         p.bias_dtype = pd;
         gnsilu::reference_group_norm_silu(p);
 
-        DeviceMemory dy(expected.bytes.size(), shape.misalign);
+        DeviceMemory dy(expected.bytes.size(), shape.misalign * gnsilu::dtype_size(yd));
         p.x = dx.get();
         p.y = dy.get();
         p.weight = pd == DType::None ? nullptr : dw.get();
