@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <random>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -120,7 +121,7 @@ void precompile_all() {
 
 TEST_CASE("every dtype pair, configuration and path gives the CPU reference's bits, and writes only y") {
   precompile_all();
-  const std::vector<Shape> shapes = {
+  std::vector<Shape> shapes = {
       {{2, 64, 17, 19}, 32},          // odd spatial size: no vectors; C/G = 2
       {{1, 32, 8, 8}, 32},            // C/G = 1
       {{3, 64, 16, 16}, 1},           // C/G = 64, one group per sample
@@ -135,14 +136,27 @@ TEST_CASE("every dtype pair, configuration and path gives the CPU reference's bi
       {{2, 96, 24, 24}, 32, 1},       // pointers one element off 16-byte alignment
       {{1, 64, 72, 72}, 32, 4},       // 8-byte aligned 16-bit tensors, 16-byte aligned FP32 tensors
   };
-  const Data datas[] = {Data::Normal, Data::LargeMean, Data::TinySpread};
+  // Random shapes too: N 1-3, 1-8 groups of 1-64 channels, 0-3 spatial dimensions of 1-40.
+  std::mt19937 rng(20261129);
+  for (int i = 0; i < 8; ++i) {
+    Shape r;
+    const int64_t groups = 1 + static_cast<int64_t>(rng() % 8);
+    const int64_t per_group = 1 + static_cast<int64_t>(rng() % 64);
+    r.dims = {1 + static_cast<int64_t>(rng() % 3), groups * per_group};
+    const int spatial = static_cast<int>(rng() % 4);
+    for (int d = 0; d < spatial; ++d) r.dims.push_back(1 + static_cast<int64_t>(rng() % 40));
+    r.groups = groups;
+    shapes.push_back(r);
+  }
+  const Data datas[] = {Data::Normal,  Data::LargeMean, Data::TinySpread, Data::WithNaN,
+                        Data::WithInf, Data::Subnormal, Data::Huge,       Data::Constant};
   const DType params[] = {DType::FP32, DType::BF16, DType::FP16, DType::None};
   std::size_t runs = 0, mismatched = 0, shape_index = 0;
   for (const Shape& shape : shapes) {
     const int64_t n = numel(shape.dims);
     const auto geometry = gnsilu::detail::make_geometry(shape.dims, shape.groups);
     const DType pd = params[shape_index % 4];
-    const Data data = datas[shape_index % 3];
+    const Data data = datas[shape_index % 8];
     ++shape_index;
     HostTensor w = make_parameter(pd == DType::None ? DType::FP32 : pd, static_cast<std::size_t>(shape.dims[1]), 7 + shape_index, 1.0f, 0.5f);
     HostTensor b = make_parameter(pd == DType::None ? DType::FP32 : pd, static_cast<std::size_t>(shape.dims[1]), 9 + shape_index, 0.0f, 0.5f);
@@ -191,7 +205,7 @@ TEST_CASE("every dtype pair, configuration and path gives the CPU reference's bi
               ++mismatched;
               std::size_t first = 0;
               while (first < got.size() && got.bits(first) == expected.bits(first)) ++first;
-              FAIL_CHECK(shape_text(shape) << " " << gnsilu::dtype_name(xd) << "->" << gnsilu::dtype_name(yd)
+              FAIL_CHECK(shape_text(shape) << " (" << data_name(data) << ") " << gnsilu::dtype_name(xd) << "->" << gnsilu::dtype_name(yd)
                                            << " config e" << config.elems_per_load << " w" << config.warps << " s"
                                            << config.stages << " p" << config.programs_per_sm << " path "
                                            << (path == Path::Fused ? "fused" : "split") << ": bits "
@@ -203,7 +217,7 @@ TEST_CASE("every dtype pair, configuration and path gives the CPU reference's bi
       }
     }
   }
-  MESSAGE(runs << " runs over " << shapes.size() << " shapes, 9 dtype pairs, " << gnsilu::candidate_configs().size()
+  MESSAGE(runs << " runs over " << shapes.size() << " shapes (8 kinds of data), 9 dtype pairs, " << gnsilu::candidate_configs().size()
                 << " configurations and both paths: " << runs - mismatched << " bit-identical to the CPU reference");
   CHECK(mismatched == 0);
 }

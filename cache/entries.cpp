@@ -1,0 +1,25 @@
+#include "entries.hpp"
+
+#include <string>
+
+namespace gnsilu::cache {
+
+std::string TuningKey::text() const {
+  return device.name + "|sm" + std::to_string(device.arch) + "|" + std::to_string(device.sms) + "sm|" +
+         std::to_string(device.memory_mib) + "MiB|" + std::to_string(device.l2_kib) + "KiB|" + code_version + "|cpg" +
+         std::to_string(channels_per_group) + "|" + dtype_name(x_dtype) + ">" + dtype_name(y_dtype) + "|" + size_class;
+}
+
+std::string size_class_of(std::size_t bytes, std::size_t l2_bytes) {
+  // Activations whose x and y fit in L2 run from cache on repeated calls; larger ones stream from DRAM.
+  return bytes <= l2_bytes ? "l2" : "dram";
+}
+
+DType dtype_from_name(const std::string& name) {
+  if (name == "bf16") return DType::BF16;
+  if (name == "fp16") return DType::FP16;
+  if (name == "fp32") return DType::FP32;
+  return DType::None;
+}
+
+}  // namespace gnsilu::cache

@@ -1,0 +1,531 @@
+#include "store.hpp"
+
+#include <SQLiteCpp/SQLiteCpp.h>
+#include <sqlite3.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <sstream>
+
+#include "log.hpp"
+
+namespace gnsilu::cache {
+namespace {
+
+// Migration steps: step k takes a file from schema k-1 to k. A file records its schema in PRAGMA user_version.
+const char* const kSteps[] = {
+    // 1: tuned configurations and every candidate's timing.
+    R"sql(
+      CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+      CREATE TABLE tuning (
+        id INTEGER PRIMARY KEY,
+        device_name TEXT NOT NULL,
+        device_arch INTEGER NOT NULL,
+        device_sms INTEGER NOT NULL,
+        device_memory_mib INTEGER NOT NULL,
+        device_l2_kib INTEGER NOT NULL,
+        code_version TEXT NOT NULL,
+        channels_per_group INTEGER NOT NULL,
+        x_dtype TEXT NOT NULL,
+        y_dtype TEXT NOT NULL,
+        size_class TEXT NOT NULL,
+        elems_per_load INTEGER NOT NULL,
+        warps INTEGER NOT NULL,
+        stages INTEGER NOT NULL,
+        programs_per_sm INTEGER NOT NULL,
+        default_us REAL NOT NULL,
+        best_us REAL NOT NULL,
+        noise_us REAL NOT NULL,
+        tuned_shape TEXT NOT NULL,
+        library_version TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        UNIQUE (device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version,
+                channels_per_group, x_dtype, y_dtype, size_class));
+      CREATE TABLE timings (
+        tuning_id INTEGER NOT NULL,
+        elems_per_load INTEGER NOT NULL,
+        warps INTEGER NOT NULL,
+        stages INTEGER NOT NULL,
+        programs_per_sm INTEGER NOT NULL,
+        median_us REAL NOT NULL,
+        noise_us REAL NOT NULL,
+        samples INTEGER NOT NULL,
+        status TEXT NOT NULL);
+      CREATE INDEX timings_by_tuning ON timings (tuning_id);
+    )sql",
+    // 2: compiled kernels (so that a second process runs no NVRTC) and tuning leases (one tuner per key).
+    R"sql(
+      CREATE TABLE kernels (
+        arch INTEGER NOT NULL,
+        code_version TEXT NOT NULL,
+        variant TEXT NOT NULL,
+        nvrtc_version TEXT NOT NULL,
+        options TEXT NOT NULL,
+        is_cubin INTEGER NOT NULL,
+        lowered_names TEXT NOT NULL,
+        image BLOB NOT NULL,
+        library_version TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (arch, code_version, variant));
+      CREATE TABLE leases (key TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL);
+    )sql",
+};
+static_assert(sizeof(kSteps) / sizeof(kSteps[0]) == kSchemaVersion, "one migration step per schema version");
+
+const char* kKeyWhere =
+    "device_name = ? AND device_arch = ? AND device_sms = ? AND device_memory_mib = ? AND device_l2_kib = ? AND "
+    "code_version = ? AND channels_per_group = ? AND x_dtype = ? AND y_dtype = ? AND size_class = ?";
+
+void bind_key(SQLite::Statement& s, const TuningKey& k, int first = 1) {
+  s.bind(first + 0, k.device.name);
+  s.bind(first + 1, k.device.arch);
+  s.bind(first + 2, k.device.sms);
+  s.bind(first + 3, static_cast<int64_t>(k.device.memory_mib));
+  s.bind(first + 4, k.device.l2_kib);
+  s.bind(first + 5, k.code_version);
+  s.bind(first + 6, static_cast<int64_t>(k.channels_per_group));
+  s.bind(first + 7, std::string(dtype_name(k.x_dtype)));
+  s.bind(first + 8, std::string(dtype_name(k.y_dtype)));
+  s.bind(first + 9, k.size_class);
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) {
+    if (!out.empty()) out += '\n';
+    out += n;
+  }
+  return out;
+}
+
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+int primary(const SQLite::Exception& e) { return e.getErrorCode() & 0xFF; }
+
+// file:<path>?mode=ro&immutable=1 with the characters URIs reserve percent-encoded.
+std::string read_only_uri(const std::string& path) {
+  std::string out = "file:";
+  for (unsigned char c : path) {
+    if (c == '%' || c == '?' || c == '#' || c < 0x20) {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "?mode=ro&immutable=1";
+}
+
+void apply_steps(SQLite::Database& db, int from, int to) {
+  for (int step = from + 1; step <= to; ++step) db.exec(kSteps[step - 1]);
+  db.exec("PRAGMA user_version = " + std::to_string(to));
+  db.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('schema', '" + std::to_string(to) + "')");
+}
+
+TuningEntry read_entry(SQLite::Statement& q) {
+  TuningEntry e;
+  e.key.device.name = q.getColumn(1).getString();
+  e.key.device.arch = q.getColumn(2).getInt();
+  e.key.device.sms = q.getColumn(3).getInt();
+  e.key.device.memory_mib = q.getColumn(4).getInt64();
+  e.key.device.l2_kib = q.getColumn(5).getInt();
+  e.key.code_version = q.getColumn(6).getString();
+  e.key.channels_per_group = q.getColumn(7).getInt64();
+  e.key.x_dtype = dtype_from_name(q.getColumn(8).getString());
+  e.key.y_dtype = dtype_from_name(q.getColumn(9).getString());
+  e.key.size_class = q.getColumn(10).getString();
+  e.winner = {q.getColumn(11).getInt(), q.getColumn(12).getInt(), q.getColumn(13).getInt(), q.getColumn(14).getInt()};
+  e.default_us = q.getColumn(15).getDouble();
+  e.best_us = q.getColumn(16).getDouble();
+  e.noise_us = q.getColumn(17).getDouble();
+  e.tuned_shape = q.getColumn(18).getString();
+  e.library_version = q.getColumn(19).getString();
+  e.created_at = q.getColumn(20).getInt64();
+  return e;
+}
+
+const char* kEntryColumns =
+    "id, device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version, channels_per_group, "
+    "x_dtype, y_dtype, size_class, elems_per_load, warps, stages, programs_per_sm, default_us, best_us, noise_us, "
+    "tuned_shape, library_version, created_at";
+
+void read_timings(SQLite::Database& db, int64_t id, TuningEntry& e) {
+  SQLite::Statement t(db,
+                      "SELECT elems_per_load, warps, stages, programs_per_sm, median_us, noise_us, samples, status "
+                      "FROM timings WHERE tuning_id = ? ORDER BY rowid");
+  t.bind(1, static_cast<int64_t>(id));
+  while (t.executeStep()) {
+    CandidateTiming c;
+    c.config = {t.getColumn(0).getInt(), t.getColumn(1).getInt(), t.getColumn(2).getInt(), t.getColumn(3).getInt()};
+    c.median_us = t.getColumn(4).getDouble();
+    c.noise_us = t.getColumn(5).getDouble();
+    c.samples = t.getColumn(6).getInt();
+    c.status = t.getColumn(7).getString();
+    e.candidates.push_back(std::move(c));
+  }
+}
+
+}  // namespace
+
+Store::Store(std::string path, Mode mode, int busy_timeout_ms) : path_(std::move(path)), mode_(mode) {
+  open(busy_timeout_ms);
+}
+
+Store::~Store() = default;
+
+bool Store::usable() const {
+  std::lock_guard lock(mutex_);
+  return db_ && health_ != Health::Unusable;
+}
+
+bool Store::writable() const {
+  std::lock_guard lock(mutex_);
+  return db_ && health_ == Health::Ok && mode_ == Mode::ReadWrite;
+}
+
+std::string Store::problem() const {
+  std::lock_guard lock(mutex_);
+  return problem_;
+}
+
+int Store::schema_version() const {
+  std::lock_guard lock(mutex_);
+  return schema_version_;
+}
+
+void Store::fail(Health health, const std::string& what, const std::string& advice) {
+  if (health > health_) health_ = health;
+  if (problem_.empty()) problem_ = what;
+  if (!warned_) {
+    warned_ = true;
+    detail::logger().warn("cache file {}: {}; {}. {}", path_, what,
+                          health_ == Health::Unusable ? "gnsilu does not use it and works from memory"
+                                                      : "gnsilu reads it but keeps new results in memory only",
+                          advice);
+  }
+}
+
+void Store::open(int busy_timeout_ms) {
+  try {
+    if (mode_ == Mode::ReadWrite) {
+      std::error_code ec;
+      const auto parent = std::filesystem::path(path_).parent_path();
+      if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+      try {
+        db_ = std::make_unique<SQLite::Database>(path_, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE, busy_timeout_ms);
+      } catch (const SQLite::Exception& e) {
+        // Not writable (read-only file, folder or file system): read what is there, if anything.
+        db_ = std::make_unique<SQLite::Database>(path_, SQLite::OPEN_READONLY, busy_timeout_ms);
+        fail(Health::ReadOnly, std::string("cannot be opened for writing (") + e.what() + ")",
+             "Make it writable, or point GNSILU_CACHE at a writable file.");
+      }
+    } else {
+      db_ = std::make_unique<SQLite::Database>(read_only_uri(path_), SQLite::OPEN_READONLY | SQLite::OPEN_URI,
+                                               busy_timeout_ms);
+    }
+  } catch (const SQLite::Exception& e) {
+    db_.reset();
+    fail(Health::Unusable, std::string("cannot be opened (") + e.what() + ")",
+         mode_ == Mode::ReadWrite ? "Check the path, or set GNSILU_CACHE to another file."
+                                  : "Check the path in GNSILU_CACHE_SHARED.");
+    return;
+  }
+  try {
+    schema_version_ = db_->execAndGet("PRAGMA user_version").getInt();
+    const int objects = db_->execAndGet("SELECT count(*) FROM sqlite_master").getInt();
+    if (schema_version_ == 0 && objects > 0) {
+      fail(Health::Unusable, "is a SQLite database but not a gnsilu cache", "Set GNSILU_CACHE to another file.");
+      return;
+    }
+    if (schema_version_ > kSchemaVersion) {
+      fail(Health::Unusable,
+           "was written by a newer gnsilu (schema " + std::to_string(schema_version_) + ", this one knows up to " +
+               std::to_string(kSchemaVersion) + ")",
+           "Give this version its own file with GNSILU_CACHE, or upgrade.");
+      return;
+    }
+    if (mode_ == Mode::ReadOnly || health_ == Health::ReadOnly) {
+      if (schema_version_ < kSchemaVersion) {
+        fail(Health::Unusable,
+             "has an older schema (" + std::to_string(schema_version_) + ") and cannot be upgraded read-only",
+             "Open it once with a writable GNSILU_CACHE to upgrade it, or re-export it.");
+      }
+      return;
+    }
+    try {
+      db_->exec("PRAGMA journal_mode = WAL");
+    } catch (const SQLite::Exception&) {
+      // Some file systems cannot hold a WAL; the rollback journal works there.
+    }
+    db_->exec("PRAGMA synchronous = NORMAL");
+    if (schema_version_ < kSchemaVersion) {
+      SQLite::Transaction t(*db_, SQLite::TransactionBehavior::IMMEDIATE);
+      // Another process may have migrated while this one waited for the lock.
+      const int now = db_->execAndGet("PRAGMA user_version").getInt();
+      if (now < kSchemaVersion) apply_steps(*db_, now, kSchemaVersion);
+      t.commit();
+      if (now < kSchemaVersion && now > 0) {
+        detail::logger().info("cache file {}: upgraded schema {} to {}", path_, now, kSchemaVersion);
+      }
+      schema_version_ = kSchemaVersion;
+    }
+  } catch (const SQLite::Exception& e) {
+    const int code = primary(e);
+    if (code == SQLITE_NOTADB || code == SQLITE_CORRUPT) {
+      fail(Health::Unusable, std::string("is damaged or not a database (") + e.what() + ")",
+           "Delete it (gnsilu starts a new one) or set GNSILU_CACHE to another file.");
+    } else if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
+      fail(Health::Unusable, std::string("stayed locked by another process (") + e.what() + ")",
+           "Retry later; this process works from memory.");
+    } else {
+      fail(Health::Unusable, std::string("cannot be read or upgraded (") + e.what() + ")",
+           "Check the file, or set GNSILU_CACHE to another one.");
+    }
+  }
+}
+
+bool Store::create_at_version(const std::string& path, int up_to) {
+  try {
+    SQLite::Database db(path, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE);
+    SQLite::Transaction t(db);
+    apply_steps(db, 0, up_to);
+    t.commit();
+    return true;
+  } catch (const SQLite::Exception&) {
+    return false;
+  }
+}
+
+bool Store::run_write(const char* what, const std::function<void()>& body) {
+  std::lock_guard lock(mutex_);
+  if (!db_ || health_ != Health::Ok || mode_ != Mode::ReadWrite) return false;
+  try {
+    SQLite::Transaction t(*db_, SQLite::TransactionBehavior::IMMEDIATE);
+    body();
+    t.commit();
+    return true;
+  } catch (const SQLite::Exception& e) {
+    const int code = primary(e);
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
+      // Transient: this result stays in memory; later writes may succeed.
+      if (!warned_) {
+        warned_ = true;
+        detail::logger().warn("cache file {}: locked by another process while saving {}; kept in memory. "
+                              "If this persists, look for a process holding the file.", path_, what);
+      }
+    } else if (code == SQLITE_FULL) {
+      fail(Health::ReadOnly, std::string("is on a full disk (") + e.what() + ")", "Free space on its file system.");
+    } else if (code == SQLITE_READONLY || code == SQLITE_PERM || code == SQLITE_CANTOPEN) {
+      fail(Health::ReadOnly, std::string("cannot be written (") + e.what() + ")",
+           "Make it writable, or point GNSILU_CACHE at a writable file.");
+    } else if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) {
+      fail(Health::Unusable, std::string("is damaged (") + e.what() + ")",
+           "Delete it (gnsilu starts a new one) or set GNSILU_CACHE to another file.");
+    } else {
+      fail(Health::ReadOnly, std::string("failed while saving ") + what + " (" + e.what() + ")",
+           "Check the file and its file system.");
+    }
+    return false;
+  }
+}
+
+std::optional<TuningEntry> Store::find_tuning(const TuningKey& key) {
+  std::lock_guard lock(mutex_);
+  if (!db_ || health_ == Health::Unusable) return std::nullopt;
+  try {
+    SQLite::Statement q(*db_, std::string("SELECT ") + kEntryColumns + " FROM tuning WHERE " + kKeyWhere);
+    bind_key(q, key);
+    if (!q.executeStep()) return std::nullopt;
+    TuningEntry e = read_entry(q);
+    read_timings(*db_, q.getColumn(0).getInt64(), e);
+    return e;
+  } catch (const SQLite::Exception& e) {
+    const int code = primary(e);
+    if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) {
+      fail(Health::Unusable, std::string("is damaged (") + e.what() + ")",
+           "Delete it (gnsilu starts a new one) or set GNSILU_CACHE to another file.");
+    } else if (code != SQLITE_BUSY && code != SQLITE_LOCKED) {
+      fail(Health::Unusable, std::string("cannot be read (") + e.what() + ")", "Check the file.");
+    }
+    return std::nullopt;
+  }
+}
+
+std::vector<TuningEntry> Store::all_tuning() {
+  std::lock_guard lock(mutex_);
+  std::vector<TuningEntry> out;
+  if (!db_ || health_ == Health::Unusable) return out;
+  try {
+    SQLite::Statement q(*db_, std::string("SELECT ") + kEntryColumns + " FROM tuning ORDER BY id");
+    while (q.executeStep()) {
+      out.push_back(read_entry(q));
+      read_timings(*db_, q.getColumn(0).getInt64(), out.back());
+    }
+  } catch (const SQLite::Exception& e) {
+    fail(Health::Unusable, std::string("cannot be read (") + e.what() + ")", "Check the file.");
+  }
+  return out;
+}
+
+bool Store::put_tuning(const TuningEntry& entry) {
+  return run_write("a tuned configuration", [&] {
+    SQLite::Statement old(*db_, std::string("SELECT id FROM tuning WHERE ") + kKeyWhere);
+    bind_key(old, entry.key);
+    if (old.executeStep()) {
+      const int64_t id = old.getColumn(0).getInt64();
+      SQLite::Statement d1(*db_, "DELETE FROM timings WHERE tuning_id = ?");
+      d1.bind(1, id);
+      d1.exec();
+      SQLite::Statement d2(*db_, "DELETE FROM tuning WHERE id = ?");
+      d2.bind(1, id);
+      d2.exec();
+    }
+    SQLite::Statement ins(*db_,
+                          "INSERT INTO tuning (device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, "
+                          "code_version, channels_per_group, x_dtype, y_dtype, size_class, elems_per_load, warps, "
+                          "stages, programs_per_sm, default_us, best_us, noise_us, tuned_shape, library_version, "
+                          "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    bind_key(ins, entry.key);
+    ins.bind(11, entry.winner.elems_per_load);
+    ins.bind(12, entry.winner.warps);
+    ins.bind(13, entry.winner.stages);
+    ins.bind(14, entry.winner.programs_per_sm);
+    ins.bind(15, entry.default_us);
+    ins.bind(16, entry.best_us);
+    ins.bind(17, entry.noise_us);
+    ins.bind(18, entry.tuned_shape);
+    ins.bind(19, entry.library_version);
+    ins.bind(20, static_cast<int64_t>(entry.created_at));
+    ins.exec();
+    const int64_t id = db_->getLastInsertRowid();
+    SQLite::Statement t(*db_,
+                        "INSERT INTO timings (tuning_id, elems_per_load, warps, stages, programs_per_sm, median_us, "
+                        "noise_us, samples, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    for (const auto& c : entry.candidates) {
+      t.bind(1, id);
+      t.bind(2, c.config.elems_per_load);
+      t.bind(3, c.config.warps);
+      t.bind(4, c.config.stages);
+      t.bind(5, c.config.programs_per_sm);
+      t.bind(6, c.median_us);
+      t.bind(7, c.noise_us);
+      t.bind(8, c.samples);
+      t.bind(9, c.status);
+      t.exec();
+      t.reset();
+    }
+  });
+}
+
+bool Store::remove_tuning(const TuningKey& key) {
+  return run_write("a removal", [&] {
+    SQLite::Statement old(*db_, std::string("SELECT id FROM tuning WHERE ") + kKeyWhere);
+    bind_key(old, key);
+    if (!old.executeStep()) return;
+    const int64_t id = old.getColumn(0).getInt64();
+    SQLite::Statement d1(*db_, "DELETE FROM timings WHERE tuning_id = ?");
+    d1.bind(1, id);
+    d1.exec();
+    SQLite::Statement d2(*db_, "DELETE FROM tuning WHERE id = ?");
+    d2.bind(1, id);
+    d2.exec();
+  });
+}
+
+std::optional<KernelImage> Store::find_kernel(const KernelKey& key) {
+  std::lock_guard lock(mutex_);
+  if (!db_ || health_ == Health::Unusable) return std::nullopt;
+  try {
+    SQLite::Statement q(*db_,
+                        "SELECT is_cubin, image, lowered_names, options, nvrtc_version FROM kernels "
+                        "WHERE arch = ? AND code_version = ? AND variant = ?");
+    q.bind(1, key.arch);
+    q.bind(2, key.code_version);
+    q.bind(3, key.variant);
+    if (!q.executeStep()) return std::nullopt;
+    KernelImage k;
+    k.is_cubin = q.getColumn(0).getInt() != 0;
+    const SQLite::Column blob = q.getColumn(1);
+    const auto* bytes = static_cast<const char*>(blob.getBlob());
+    k.image.assign(bytes, bytes + blob.getBytes());
+    k.lowered_names = split_names(q.getColumn(2).getString());
+    k.options = q.getColumn(3).getString();
+    k.nvrtc_version = q.getColumn(4).getString();
+    if (k.image.empty() || k.lowered_names.empty()) return std::nullopt;
+    return k;
+  } catch (const SQLite::Exception& e) {
+    const int code = primary(e);
+    if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) {
+      fail(Health::Unusable, std::string("is damaged (") + e.what() + ")",
+           "Delete it (gnsilu starts a new one) or set GNSILU_CACHE to another file.");
+    }
+    return std::nullopt;
+  }
+}
+
+bool Store::put_kernel(const KernelKey& key, const KernelImage& k) {
+  return run_write("a compiled kernel", [&] {
+    SQLite::Statement ins(*db_,
+                          "INSERT OR REPLACE INTO kernels (arch, code_version, variant, nvrtc_version, options, is_cubin, "
+                          "lowered_names, image, library_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    ins.bind(1, key.arch);
+    ins.bind(2, key.code_version);
+    ins.bind(3, key.variant);
+    ins.bind(4, k.nvrtc_version);
+    ins.bind(5, k.options);
+    ins.bind(6, k.is_cubin ? 1 : 0);
+    ins.bind(7, join_names(k.lowered_names));
+    ins.bind(8, static_cast<const void*>(k.image.data()), static_cast<int>(k.image.size()));
+    ins.bind(9, std::string(version()));
+    ins.bind(10, static_cast<int64_t>(std::time(nullptr)));
+    ins.exec();
+  });
+}
+
+int64_t Store::kernel_count() {
+  std::lock_guard lock(mutex_);
+  if (!db_ || health_ == Health::Unusable) return 0;
+  try {
+    return db_->execAndGet("SELECT count(*) FROM kernels").getInt64();
+  } catch (const SQLite::Exception&) {
+    return 0;
+  }
+}
+
+Store::Claim Store::claim(const std::string& key, const std::string& owner, double seconds) {
+  Claim result = Claim::Unavailable;
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  run_write("a tuning lease", [&] {
+    SQLite::Statement q(*db_, "SELECT owner, expires_at FROM leases WHERE key = ?");
+    q.bind(1, key);
+    if (q.executeStep() && q.getColumn(0).getString() != owner && q.getColumn(1).getDouble() > now) {
+      result = Claim::HeldByOther;
+      return;
+    }
+    SQLite::Statement ins(*db_, "INSERT OR REPLACE INTO leases (key, owner, expires_at) VALUES (?, ?, ?)");
+    ins.bind(1, key);
+    ins.bind(2, owner);
+    ins.bind(3, now + seconds);
+    ins.exec();
+    result = Claim::Acquired;
+  });
+  return result;
+}
+
+void Store::release(const std::string& key, const std::string& owner) {
+  run_write("a tuning lease", [&] {
+    SQLite::Statement d(*db_, "DELETE FROM leases WHERE key = ? AND owner = ?");
+    d.bind(1, key);
+    d.bind(2, owner);
+    d.exec();
+  });
+}
+
+}  // namespace gnsilu::cache

@@ -1,0 +1,74 @@
+// One SQLite cache file: the versioned schema and its migrations, tuned configurations, compiled kernels and
+// tuning leases. Nothing here throws: a file that cannot be used (corrupt, truncated, made by a newer
+// gnsilu, unwritable, full, locked for too long) is reported once through the logger, with what to do, and
+// from then on the store answers "not found" (or refuses writes) while the library works from memory. The
+// store never deletes, rewrites or truncates a file it cannot use.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "entries.hpp"
+
+namespace SQLite {
+class Database;
+}
+
+namespace gnsilu::cache {
+
+constexpr int kSchemaVersion = 2;
+
+class Store {
+ public:
+  enum class Mode { ReadWrite, ReadOnly };
+  enum class Claim { Acquired, HeldByOther, Unavailable };
+
+  // Opens (ReadWrite: creating the file and its folder if needed) and migrates. Never throws; check usable().
+  Store(std::string path, Mode mode, int busy_timeout_ms = 5000);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const std::string& path() const { return path_; }
+  bool usable() const;    // can be read
+  bool writable() const;  // can be read and written
+  std::string problem() const;  // why it is not usable or not writable ("" when fine)
+  int schema_version() const;   // of the file as opened (0 for a new file before migration)
+
+  std::optional<TuningEntry> find_tuning(const TuningKey& key);
+  bool put_tuning(const TuningEntry& entry);  // replaces an entry with the same key
+  std::vector<TuningEntry> all_tuning();
+  bool remove_tuning(const TuningKey& key);
+
+  std::optional<KernelImage> find_kernel(const KernelKey& key);
+  bool put_kernel(const KernelKey& key, const KernelImage& image);
+  int64_t kernel_count();
+
+  // A lease on tuning `key` for `seconds`, so that one process tunes while the others wait or use the default.
+  Claim claim(const std::string& key, const std::string& owner, double seconds);
+  void release(const std::string& key, const std::string& owner);
+
+  // Applies migration steps [1, up_to] only (tests build files of an older schema with it).
+  static bool create_at_version(const std::string& path, int up_to);
+
+ private:
+  enum class Health { Ok, ReadOnly, Unusable };
+  void fail(Health health, const std::string& what, const std::string& advice);
+  void open(int busy_timeout_ms);
+  bool run_write(const char* what, const std::function<void()>& body);
+
+  std::string path_;
+  Mode mode_;
+  mutable std::mutex mutex_;
+  std::unique_ptr<SQLite::Database> db_;
+  Health health_ = Health::Ok;
+  std::string problem_;
+  int schema_version_ = 0;
+  bool warned_ = false;
+};
+
+}  // namespace gnsilu::cache
