@@ -4,6 +4,8 @@
 #include <sqlite3.h>
 
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <sstream>
@@ -65,6 +67,7 @@ const char* const kSteps[] = {
         is_cubin INTEGER NOT NULL,
         lowered_names TEXT NOT NULL,
         image BLOB NOT NULL,
+        checksum TEXT NOT NULL,
         library_version TEXT NOT NULL,
         created_at INTEGER NOT NULL,
         PRIMARY KEY (arch, code_version, variant));
@@ -107,6 +110,23 @@ std::vector<std::string> split_names(const std::string& text) {
 }
 
 int primary(const SQLite::Exception& e) { return e.getErrorCode() & 0xFF; }
+
+// FNV-1a over the image and its names: SQLite checks its pages' structure, not the bytes of a blob, and a
+// damaged kernel image must never be loaded.
+std::string checksum_of(const std::vector<char>& image, const std::string& names) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : image) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  for (char c : names) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
 
 // file:<path>?mode=ro&immutable=1 with the characters URIs reserve percent-encoded.
 std::string read_only_uri(const std::string& path) {
@@ -238,8 +258,14 @@ void Store::open(int busy_timeout_ms) {
     return;
   }
   try {
-    schema_version_ = db_->execAndGet("PRAGMA user_version").getInt();
-    const int objects = db_->execAndGet("SELECT count(*) FROM sqlite_master").getInt();
+    // One statement, so that the version and the tables come from one snapshot while another process may be
+    // creating the file.
+    SQLite::Statement state(*db_, "SELECT (SELECT user_version FROM pragma_user_version), "
+                                  "(SELECT count(*) FROM sqlite_master)");
+    state.executeStep();
+    schema_version_ = state.getColumn(0).getInt();
+    const int objects = state.getColumn(1).getInt();
+    state.reset();
     if (schema_version_ == 0 && objects > 0) {
       fail(Health::Unusable, "is a SQLite database but not a gnsilu cache", "Set GNSILU_CACHE to another file.");
       return;
@@ -250,6 +276,16 @@ void Store::open(int busy_timeout_ms) {
                std::to_string(kSchemaVersion) + ")",
            "Give this version its own file with GNSILU_CACHE, or upgrade.");
       return;
+    }
+    // A damaged page anywhere: refuse the file rather than write into it (a few milliseconds for a typical
+    // cache; the user file is checked once per process).
+    if (objects > 0 && mode_ == Mode::ReadWrite) {
+      const std::string check = db_->execAndGet("PRAGMA quick_check").getString();
+      if (check != "ok") {
+        fail(Health::Unusable, "is damaged (" + check + ")",
+             "Delete it (gnsilu starts a new one) or set GNSILU_CACHE to another file.");
+        return;
+      }
     }
     if (mode_ == Mode::ReadOnly || health_ == Health::ReadOnly) {
       if (schema_version_ < kSchemaVersion) {
@@ -444,7 +480,7 @@ std::optional<KernelImage> Store::find_kernel(const KernelKey& key) {
   if (!db_ || health_ == Health::Unusable) return std::nullopt;
   try {
     SQLite::Statement q(*db_,
-                        "SELECT is_cubin, image, lowered_names, options, nvrtc_version FROM kernels "
+                        "SELECT is_cubin, image, lowered_names, options, nvrtc_version, checksum FROM kernels "
                         "WHERE arch = ? AND code_version = ? AND variant = ?");
     q.bind(1, key.arch);
     q.bind(2, key.code_version);
@@ -455,10 +491,16 @@ std::optional<KernelImage> Store::find_kernel(const KernelKey& key) {
     const SQLite::Column blob = q.getColumn(1);
     const auto* bytes = static_cast<const char*>(blob.getBlob());
     k.image.assign(bytes, bytes + blob.getBytes());
-    k.lowered_names = split_names(q.getColumn(2).getString());
+    const std::string names = q.getColumn(2).getString();
+    k.lowered_names = split_names(names);
     k.options = q.getColumn(3).getString();
     k.nvrtc_version = q.getColumn(4).getString();
     if (k.image.empty() || k.lowered_names.empty()) return std::nullopt;
+    if (q.getColumn(5).getString() != checksum_of(k.image, names)) {
+      detail::logger().warn("cache file {}: the compiled kernel {} for sm_{} does not match its checksum; ignored "
+                            "(it is compiled again and saved over)", path_, key.variant, key.arch);
+      return std::nullopt;
+    }
     return k;
   } catch (const SQLite::Exception& e) {
     const int code = primary(e);
@@ -474,17 +516,20 @@ bool Store::put_kernel(const KernelKey& key, const KernelImage& k) {
   return run_write("a compiled kernel", [&] {
     SQLite::Statement ins(*db_,
                           "INSERT OR REPLACE INTO kernels (arch, code_version, variant, nvrtc_version, options, is_cubin, "
-                          "lowered_names, image, library_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                          "lowered_names, image, checksum, library_version, created_at) "
+                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     ins.bind(1, key.arch);
     ins.bind(2, key.code_version);
     ins.bind(3, key.variant);
     ins.bind(4, k.nvrtc_version);
     ins.bind(5, k.options);
     ins.bind(6, k.is_cubin ? 1 : 0);
-    ins.bind(7, join_names(k.lowered_names));
+    const std::string names = join_names(k.lowered_names);
+    ins.bind(7, names);
     ins.bind(8, static_cast<const void*>(k.image.data()), static_cast<int>(k.image.size()));
-    ins.bind(9, std::string(version()));
-    ins.bind(10, static_cast<int64_t>(std::time(nullptr)));
+    ins.bind(9, checksum_of(k.image, names));
+    ins.bind(10, std::string(version()));
+    ins.bind(11, static_cast<int64_t>(std::time(nullptr)));
     ins.exec();
   });
 }

@@ -3,13 +3,14 @@
 #include <array>
 #include <string>
 
+#include "cache.hpp"
+#include "config_table.hpp"
 #include "device.hpp"
 #include "driver.hpp"
 #include "errors.hpp"
 #include "gnsilu/gnsilu.hpp"
 #include "kernels.hpp"
-#include "log.hpp"
-#include "modules.hpp"
+#include "launch.hpp"
 #include "plan.hpp"
 #include "validate.hpp"
 #include "workspace.hpp"
@@ -29,15 +30,6 @@ constexpr std::array<LaunchConfig, 5> kCandidates = {{
     {16, 4, 2, 8},
     {32, 16, 1, 2},
 }};
-
-void launch(const detail::Driver& d, CUfunction f, unsigned blocks, unsigned threads, CUstream stream,
-            const kernel::Params& params, const char* what) {
-  if (blocks == 0) return;
-  kernel::Params copy = params;
-  void* args[] = {&copy};
-  const CUresult r = d.cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, 0, stream, args, nullptr);
-  if (r != CUDA_SUCCESS) detail::throw_cuda(r, what, __FILE__, __LINE__);
-}
 
 void check_pointers(const Problem& p, const detail::Geometry& g, const detail::DeviceInfo& dev,
                     const Workspace& ws, std::size_t needed) {
@@ -80,14 +72,13 @@ std::size_t workspace_size(std::span<const int64_t> shape, int64_t num_groups) {
 
 void group_norm_silu(const Problem& problem, gnsilu_stream stream, Workspace workspace, const LaunchOptions& options) {
   const detail::Geometry g = detail::validate_problem(problem);
-  const LaunchConfig config = options.config.value_or(kCandidates[0]);
-  detail::check_config(config);
+  if (options.config) detail::check_config(*options.config);
   if (options.path == Path::Fused && !detail::fused_eligible(g)) {
     detail::throw_invalid("options.path", "the fused path takes groups of at most 64 Ki elements and 256 channels");
   }
   if (g.numel == 0) return;
 
-  const detail::Driver& d = detail::driver();
+  detail::driver();
   detail::ContextScope scope(problem.x);
   const detail::DeviceInfo& dev = detail::device_info(scope.device());
   if (dev.arch() < 75) {
@@ -95,37 +86,14 @@ void group_norm_silu(const Problem& problem, gnsilu_stream stream, Workspace wor
                                                std::to_string(dev.major) + "." + std::to_string(dev.minor) +
                                                "; gnsilu needs 7.5 or newer");
   }
-  const std::size_t needed = detail::workspace_bytes(g);
-  check_pointers(problem, g, dev, workspace, needed);
+  check_pointers(problem, g, dev, workspace, detail::workspace_bytes(g));
 
-  detail::Plan plan = detail::make_plan(g, config, options.path, dev.sms);
-  kernel::Params& p = plan.params;
-  p.x = problem.x;
-  p.y = problem.y;
-  p.weight = problem.weight;
-  p.bias = problem.bias;
-  p.weight_dtype = problem.weight != nullptr ? static_cast<int>(problem.weight_dtype) : 0;
-  p.bias_dtype = problem.bias != nullptr ? static_cast<int>(problem.bias_dtype) : 0;
-  p.eps = problem.eps;
-  p.vectorized = detail::vectorizable(g, problem.x, problem.y) ? 1 : 0;
-
-  const detail::Variant variant{problem.x_dtype, problem.y_dtype, config};
-  const detail::LoadedModule& kernels = detail::kernels_for(scope.context(), dev, variant);
-  if (plan.path == Path::Fused) {
-    launch(d, kernels.kernel(detail::kFused), plan.fused_blocks, plan.threads, stream, p, "cuLaunchKernel(fused)");
-    return;
-  }
-  void* base = workspace.data;
-  if (base == nullptr) {
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    GNSILU_CU(d.cuStreamIsCapturing(stream, &capture));
-    base = detail::internal_workspace(scope.context(), stream, plan.workspace, capture != CU_STREAM_CAPTURE_STATUS_NONE);
-  }
-  p.records = base;
-  p.rows = static_cast<char*>(base) + plan.rows_offset;
-  launch(d, kernels.kernel(detail::kStats), plan.stats_blocks, plan.threads, stream, p, "cuLaunchKernel(chunk_stats)");
-  launch(d, kernels.kernel(detail::kFinalize), plan.finalize_blocks, plan.threads, stream, p, "cuLaunchKernel(finalize)");
-  launch(d, kernels.kernel(detail::kApply), plan.apply_blocks, plan.threads, stream, p, "cuLaunchKernel(apply)");
+  const Path path = detail::choose_path(g, options.path, dev.sms);
+  const LaunchConfig config =
+      options.config ? *options.config
+                     : detail::config_for({problem, g, dev, scope.context(), stream, path},
+                                          options.tune.value_or(detail::process_tune_policy()));
+  detail::launch_problem(problem, g, dev, scope.context(), stream, workspace.data, config, path);
 }
 
 void check_device() {
@@ -143,6 +111,22 @@ void check_device() {
 }
 
 void release_workspaces() { detail::release_internal_workspaces(); }
+
+void set_tune_policy(TunePolicy policy) {
+  if (policy != TunePolicy::OnFirstUse && policy != TunePolicy::CachedOnly && policy != TunePolicy::Never) {
+    detail::throw_invalid("policy", "unknown tuning policy " + std::to_string(static_cast<int>(policy)));
+  }
+  detail::set_process_tune_policy(policy);
+}
+
+TunePolicy tune_policy() { return detail::process_tune_policy(); }
+
+void set_cache_paths(const std::string& user_path, std::span<const std::string> shared_paths) {
+  cache::Settings settings = cache::settings_from_environment();
+  settings.user_path = user_path;
+  settings.shared_paths.assign(shared_paths.begin(), shared_paths.end());
+  cache::configure_process_cache(settings);
+}
 
 const char* version() { return GNSILU_VERSION_STRING; }
 

@@ -1,6 +1,8 @@
 // The C API: each function calls the C++ API, turns exceptions into status codes and keeps the message for
 // gnsilu_last_error() in a thread-local string. Nothing escapes as an exception.
+#include <algorithm>
 #include <new>
+#include <vector>
 #include <string>
 
 #include "gnsilu/gnsilu.h"
@@ -78,6 +80,26 @@ gnsilu_status gnsilu_check_device(void) {
 
 gnsilu_status gnsilu_release_workspaces(void) {
   return guarded([] { gnsilu::release_workspaces(); });
+}
+
+gnsilu_status gnsilu_set_tune_policy(gnsilu_tune_policy policy) {
+  return guarded([&] { gnsilu::set_tune_policy(static_cast<gnsilu::TunePolicy>(policy)); });
+}
+
+gnsilu_status gnsilu_set_cache_paths(const char* user_path, const char* shared_paths) {
+  return guarded([&] {
+    std::vector<std::string> shared;
+    if (shared_paths != nullptr) {
+      std::string list(shared_paths);
+      std::size_t start = 0;
+      while (start <= list.size()) {
+        const std::size_t end = std::min(list.find(':', start), list.size());
+        if (end > start) shared.push_back(list.substr(start, end - start));
+        start = end + 1;
+      }
+    }
+    gnsilu::set_cache_paths(user_path != nullptr ? user_path : "", shared);
+  });
 }
 
 const char* gnsilu_last_error(void) { return last_error.c_str(); }

@@ -43,6 +43,9 @@ namespace gnsilu::detail {
   X(cuStreamCreate, "cuStreamCreate")                                             \
   X(cuStreamDestroy_v2, "cuStreamDestroy_v2")                                     \
   X(cuStreamSynchronize, "cuStreamSynchronize")                                   \
+  X(cuStreamWaitEvent, "cuStreamWaitEvent")                                       \
+  X(cuMemsetD8Async, "cuMemsetD8Async")                                           \
+  X(cuMemcpyDtoDAsync_v2, "cuMemcpyDtoDAsync_v2")                                 \
   X(cuStreamIsCapturing, "cuStreamIsCapturing")                                   \
   X(cuStreamGetCtx, "cuStreamGetCtx")                                             \
   X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode")       \

@@ -1,6 +1,10 @@
 #include "kernels.hpp"
 
+#include <cstdint>
+#include <cstdio>
+
 #include "errors.hpp"
+#include "kernel_sources.hpp"
 
 namespace gnsilu::detail {
 
@@ -43,6 +47,31 @@ std::string describe(const Variant& v) {
   return std::string(dtype_name(v.x_dtype)) + "->" + dtype_name(v.y_dtype) + " e" +
          std::to_string(v.config.elems_per_load) + " w" + std::to_string(v.config.warps) + " s" +
          std::to_string(v.config.stages) + " p" + std::to_string(v.config.programs_per_sm);
+}
+
+std::string code_name(const Variant& v) {
+  return std::string(dtype_name(v.x_dtype)) + "-" + dtype_name(v.y_dtype) + "-e" +
+         std::to_string(v.config.elems_per_load) + "-w" + std::to_string(v.config.warps) + "-s" +
+         std::to_string(v.config.stages);
+}
+
+const std::string& code_version() {
+  static const std::string version = [] {
+    std::string text = kKernelSourceHash;
+    for (const auto& o : fixed_options(0, true)) {
+      if (o.rfind("--gpu-architecture", 0) != 0) text += "|" + o;
+    }
+    text += "|nvrtc " + nvrtc_version();
+    uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
+    for (unsigned char c : text) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    return std::string(kKernelSourceHash).substr(0, 12) + "-" + hex;
+  }();
+  return version;
 }
 
 }  // namespace gnsilu::detail

@@ -34,4 +34,12 @@ CompiledProgram compile_variants(int arch, std::span<const Variant> variants,
 // "bf16->fp16 e16 w8 s1 p4" for logs and reports.
 std::string describe(const Variant& variant);
 
+// What a variant's compiled code is, for the compiled-kernel cache: "bf16-fp16-e16-w8-s1" (programs_per_sm is
+// a grid size and does not change the code).
+std::string code_name(const Variant& variant);
+
+// A version of the compiled code: the kernel sources (SHA-256 at build time), the fixed compile options and
+// the NVRTC version, hashed. Part of every cache key.
+const std::string& code_version();
+
 }  // namespace gnsilu::detail

@@ -9,6 +9,8 @@
 
 #include "driver.hpp"
 #include "errors.hpp"
+#include "cache.hpp"
+#include "config_table.hpp"
 #include "log.hpp"
 
 namespace gnsilu::detail {
@@ -61,6 +63,35 @@ Registry& registry() {
   return *r;
 }
 
+// The compiled program of a variant: from the cache files when there, else from NVRTC (and then saved).
+std::shared_ptr<const CompiledProgram> load_or_compile(int arch, const Variant& variant) {
+  const cache::KernelKey key{arch, code_version(), code_name(variant)};
+  auto store = cache::process_cache();
+  if (auto image = store->find_kernel(key); image && image->lowered_names.size() == kKernelCount) {
+    auto program = std::make_shared<CompiledProgram>();
+    program->arch = arch;
+    program->is_cubin = image->is_cubin;
+    program->image = std::move(image->image);
+    program->lowered_names = std::move(image->lowered_names);
+    program->options = std::move(image->options);
+    counters().kernels_from_cache++;
+    return program;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  auto program = std::make_shared<const CompiledProgram>(compile_variants(arch, std::span<const Variant>(&variant, 1)));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  logger().info("compiled {} for sm_{} in {:.0f} ms", describe(variant), arch, ms);
+  counters().compiled++;
+  cache::KernelImage image;
+  image.is_cubin = program->is_cubin;
+  image.image = program->image;
+  image.lowered_names = program->lowered_names;
+  image.options = program->options;
+  image.nvrtc_version = nvrtc_version();
+  store->put_kernel(key, image);
+  return program;
+}
+
 }  // namespace
 
 const CompiledProgram& compiled_for(int arch, const Variant& variant) {
@@ -82,11 +113,7 @@ const CompiledProgram& compiled_for(int arch, const Variant& variant) {
   }
   if (mine) {
     try {
-      const auto started = std::chrono::steady_clock::now();
-      auto program = std::make_shared<const CompiledProgram>(compile_variants(arch, std::span<const Variant>(&variant, 1)));
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-      logger().info("compiled {} for sm_{} in {:.0f} ms", describe(variant), arch, ms);
-      promise.set_value(std::move(program));
+      promise.set_value(load_or_compile(arch, variant));
     } catch (...) {
       promise.set_exception(std::current_exception());
       std::lock_guard lock(r.mutex);

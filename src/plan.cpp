@@ -75,23 +75,24 @@ bool vectorizable(const Geometry& g, const void* x, const void* y) {
   return aligned(x) && aligned(y) && g.s % math::kVec == 0;
 }
 
-Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, int sms) {
-  check_config(config);
-  if (sms < 1) sms = 1;
-  Plan plan;
+Path choose_path(const Geometry& g, Path requested, int sms) {
   const bool eligible = fused_eligible(g);
   if (requested == Path::Fused && !eligible) {
     throw_invalid("options.path", "the fused path takes groups of at most 64 Ki elements and 256 channels");
   }
-  if (requested == Path::Auto) {
-    // One launch when the whole tensor is small (launch latency dominates) or when there are enough groups to
-    // fill the device; three launches otherwise.
-    plan.path = eligible && (g.numel <= kFusedSmallElements || g.groups_total >= 2 * static_cast<int64_t>(sms))
-                    ? Path::Fused
-                    : Path::Split;
-  } else {
-    plan.path = requested;
-  }
+  if (requested != Path::Auto) return requested;
+  // One launch when the whole tensor is small (launch latency dominates) or when there are enough groups to
+  // fill the device; three launches otherwise.
+  return eligible && (g.numel <= kFusedSmallElements || g.groups_total >= 2 * static_cast<int64_t>(std::max(sms, 1)))
+             ? Path::Fused
+             : Path::Split;
+}
+
+Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, int sms) {
+  check_config(config);
+  if (sms < 1) sms = 1;
+  Plan plan;
+  plan.path = choose_path(g, requested, sms);
   plan.threads = static_cast<unsigned>(config.warps * 32);
   const int64_t max_blocks = static_cast<int64_t>(config.programs_per_sm) * sms;
 

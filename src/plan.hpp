@@ -46,6 +46,10 @@ struct Plan {
   std::size_t rows_offset = 0;    // where the per-row constants start in the workspace
 };
 
+// The path a call takes: `requested`, or for Auto the library's choice (which depends on the geometry and the
+// device, not on the launch configuration). Throws InvalidArgument for Fused when not eligible.
+Path choose_path(const Geometry& geometry, Path requested, int sms);
+
 // The launches for `geometry` under `config` on a device with `sms` multiprocessors. `requested` may force a
 // path (Fused is refused with InvalidArgument when not eligible). Pointers in params are left null.
 Plan make_plan(const Geometry& geometry, const LaunchConfig& config, Path requested, int sms);

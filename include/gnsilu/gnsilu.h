@@ -47,6 +47,12 @@ typedef enum gnsilu_status {
   GNSILU_ERROR_INTERNAL = 8
 } gnsilu_status;
 
+typedef enum gnsilu_tune_policy {
+  GNSILU_TUNE_ON_FIRST_USE = 0, /* cached entry, else time the candidates once (large activations) */
+  GNSILU_TUNE_CACHED_ONLY = 1,  /* cached entry, else the default configuration */
+  GNSILU_TUNE_NEVER = 2         /* always the default configuration */
+} gnsilu_tune_policy;
+
 /* Computes y = silu(group_norm(x)) on `stream`, asynchronously (no host synchronization).
  *   x, x_dtype       contiguous (N, C, *spatial) tensor, any number of spatial dimensions (ndim >= 2)
  *   y, y_dtype       output of the same shape; y == x (in place) is allowed when both dtypes have the same
@@ -73,6 +79,14 @@ GNSILU_API gnsilu_status gnsilu_check_device(void);
 
 /* Frees the internal workspaces (call with no gnsilu work in flight; later calls allocate again). */
 GNSILU_API gnsilu_status gnsilu_release_workspaces(void);
+
+/* The process's tuning policy (initially from GNSILU_TUNE: "on", "cached" or "off"). */
+GNSILU_API gnsilu_status gnsilu_set_tune_policy(gnsilu_tune_policy policy);
+
+/* The cache files this process uses from now on: user_path (writable; NULL or "" keeps everything in memory)
+ * over the read-only files in shared_paths (separated by ':', or NULL). Replaces GNSILU_CACHE and
+ * GNSILU_CACHE_SHARED. */
+GNSILU_API gnsilu_status gnsilu_set_cache_paths(const char* user_path, const char* shared_paths);
 
 /* The message of the last error of this thread ("" if none); valid until the thread's next gnsilu call. */
 GNSILU_API const char* gnsilu_last_error(void);

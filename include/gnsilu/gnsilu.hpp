@@ -19,6 +19,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "gnsilu/gnsilu.h"
 
@@ -105,9 +106,17 @@ struct LaunchConfig {
 // launches, any size), or Auto (the library's choice). Both give the same bits.
 enum class Path { Auto, Fused, Split };
 
+// How a call finds its launch configuration when none is given (see the README's "Tuning").
+enum class TunePolicy {
+  OnFirstUse = GNSILU_TUNE_ON_FIRST_USE,  // cached entry, else time the candidates once and remember the winner
+  CachedOnly = GNSILU_TUNE_CACHED_ONLY,   // cached entry, else the default; never times anything
+  Never = GNSILU_TUNE_NEVER,              // always the default configuration
+};
+
 struct LaunchOptions {
-  std::optional<LaunchConfig> config;  // empty: the library's default
+  std::optional<LaunchConfig> config;  // given: used as is (no lookup, no tuning)
   Path path = Path::Auto;
+  std::optional<TunePolicy> tune;      // empty: the process's policy (set_tune_policy, GNSILU_TUNE)
 };
 
 // Computes y on `stream` (null: the legacy default stream) without synchronizing the host.
@@ -125,6 +134,15 @@ GNSILU_API void check_device();
 
 // Frees the internal workspaces.
 GNSILU_API void release_workspaces();
+
+// The process's tuning policy (initially from GNSILU_TUNE: "on" (default), "cached" or "off").
+GNSILU_API void set_tune_policy(TunePolicy policy);
+GNSILU_API TunePolicy tune_policy();
+
+// The cache files this process uses from now on: `user_path` (writable; "" keeps everything in memory) over
+// read-only `shared_paths`. Replaces what GNSILU_CACHE and GNSILU_CACHE_SHARED said; configurations already
+// resolved in this process stay.
+GNSILU_API void set_cache_paths(const std::string& user_path, std::span<const std::string> shared_paths = {});
 
 GNSILU_API const char* version();
 GNSILU_API const char* dtype_name(DType dtype);

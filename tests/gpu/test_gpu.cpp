@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "cache.hpp"
+#include "config_table.hpp"
 #include "device.hpp"
 #include "driver.hpp"
 #include "errors.hpp"
@@ -383,7 +387,181 @@ TEST_CASE("a tensor of more than 2^31 elements matches the reference") {
   CHECK(dy.guards_intact());
 }
 
+namespace {
+
+// The shapes of the tuning tests: Flux VAE decoder GroupNorm inputs (bf16, 32 groups), all above the tuning
+// threshold.
+const std::vector<std::vector<int64_t>> kFluxShapes = {
+    {1, 512, 128, 128}, {1, 512, 256, 256}, {1, 256, 512, 512}, {1, 128, 1024, 1024}};
+
+struct Flux {
+  std::vector<int64_t> dims;
+  DeviceMemory x, y;
+  gnsilu::Problem problem;
+  explicit Flux(const std::vector<int64_t>& d, DType dtype = DType::BF16)
+      : dims(d), x(static_cast<std::size_t>(numel(d)) * 2), y(static_cast<std::size_t>(numel(d)) * 2) {
+    std::vector<uint16_t> host(static_cast<std::size_t>(numel(d)));
+    uint64_t state = 99;
+    for (auto& h : host) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const float v = static_cast<float>(static_cast<int>(state >> 41) - (1 << 22)) * 4.7e-7f;
+      h = dtype == DType::BF16 ? gnsilu::math::float_to_bf16(v) : gnsilu::math::float_to_fp16(v);
+    }
+    x.upload(host.data());
+    problem.x = x.get();
+    problem.x_dtype = dtype;
+    problem.y = y.get();
+    problem.y_dtype = dtype;
+    problem.shape = dims;
+  }
+};
+
+std::string temp_cache_path(const char* tag) {
+  char pattern[] = "/tmp/gnsilu-gpu-cache-XXXXXX";
+  const std::string dir = mkdtemp(pattern);
+  return dir + "/" + tag + ".sqlite";
+}
+
+// Worker mode of this binary (the many-processes test): resolve every Flux shape once, print what happened.
+int worker() {
+  for (const auto& d : kFluxShapes) {
+    Flux f(d);
+    gnsilu::group_norm_silu(f.problem);
+  }
+  device_sync();
+  const auto& c = gnsilu::detail::counters();
+  std::printf("tuned=%llu found=%llu defaulted=%llu waited=%llu\n", static_cast<unsigned long long>(c.tuned.load()),
+              static_cast<unsigned long long>(c.found_in_cache.load()),
+              static_cast<unsigned long long>(c.defaulted.load()),
+              static_cast<unsigned long long>(c.waited_for_other_process.load()));
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("tuning on first use: Flux VAE shapes are tuned once, remembered, and change no bits") {
+  const std::string path = temp_cache_path("tune");
+  gnsilu::set_cache_paths(path);
+  gnsilu::detail::clear_config_table();
+  auto& counters = gnsilu::detail::counters();
+  for (DType dtype : {DType::BF16, DType::FP16}) {
+    for (const auto& d : kFluxShapes) {
+      Flux f(d, dtype);
+      const auto tuned = counters.tuned.load();
+      gnsilu::group_norm_silu(f.problem);  // tunes this key
+      device_sync();
+      const bool tuned_now = counters.tuned.load() > tuned;
+      std::vector<unsigned char> tuned_out(f.y.size()), default_out(f.y.size());
+      f.y.download(tuned_out.data());
+      gnsilu::LaunchOptions fixed;
+      fixed.config = gnsilu::candidate_configs()[0];
+      f.y.fill(0xFF);
+      gnsilu::group_norm_silu(f.problem, nullptr, {}, fixed);
+      device_sync();
+      f.y.download(default_out.data());
+      CHECK(tuned_out == default_out);
+      const auto key = gnsilu::detail::tuning_key(gnsilu::detail::device_info(0), gnsilu::detail::make_geometry(d, 32),
+                                                  dtype, dtype);
+      auto entry = gnsilu::cache::process_cache()->find_tuning(key);
+      REQUIRE(entry.has_value());
+      MESSAGE(gnsilu::dtype_name(dtype) << " " << shape_text({d, 32}) << (tuned_now ? " tuned" : " (key already tuned)")
+                                        << " on " << entry->tuned_shape << ": e" << entry->winner.elems_per_load << " w"
+                                        << entry->winner.warps << " s" << entry->winner.stages << " p"
+                                        << entry->winner.programs_per_sm << ", " << entry->best_us << " us vs default "
+                                        << entry->default_us << " us (noise " << entry->noise_us << " us)");
+      CHECK(entry->candidates.size() == gnsilu::candidate_configs().size());
+    }
+  }
+  // A new process would find everything in the file: forget the in-memory table and look again.
+  gnsilu::detail::clear_config_table();
+  const auto tuned = counters.tuned.load(), found = counters.found_in_cache.load();
+  for (const auto& d : kFluxShapes) {
+    Flux f(d);
+    gnsilu::group_norm_silu(f.problem);
+  }
+  device_sync();
+  CHECK(counters.tuned.load() == tuned);
+  CHECK(counters.found_in_cache.load() > found);
+}
+
+TEST_CASE("policies: cached-only and never do not tune; a call under graph capture does not tune") {
+  gnsilu::set_cache_paths(temp_cache_path("policy"));
+  gnsilu::detail::clear_config_table();
+  auto& counters = gnsilu::detail::counters();
+  Flux f(kFluxShapes[1]);
+  const auto tuned = counters.tuned.load();
+  gnsilu::LaunchOptions o;
+  o.tune = gnsilu::TunePolicy::CachedOnly;
+  gnsilu::group_norm_silu(f.problem, nullptr, {}, o);
+  o.tune = gnsilu::TunePolicy::Never;
+  gnsilu::group_norm_silu(f.problem, nullptr, {}, o);
+  device_sync();
+  CHECK(counters.tuned.load() == tuned);
+  gnsilu::set_cache_paths("");
+}
+
+TEST_CASE("eight processes started together on one cache file tune each key once") {
+  const std::string path = temp_cache_path("eight");
+  std::vector<pid_t> pids;
+  std::vector<std::string> outputs;
+  for (int i = 0; i < 8; ++i) {
+    outputs.push_back(path + ".out" + std::to_string(i));
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      // A fresh process image: this one holds a CUDA context, which a forked child must not use.
+      setenv("GNSILU_CACHE", path.c_str(), 1);
+      setenv("GNSILU_TUNE_WAIT_MS", "120000", 1);
+      setenv("GNSILU_LOG_LEVEL", "warn", 1);
+      if (!std::freopen(outputs.back().c_str(), "w", stdout)) _exit(3);
+      execl("/proc/self/exe", "test_gpu", "--worker", static_cast<char*>(nullptr));
+      _exit(4);
+    }
+    pids.push_back(pid);
+  }
+  int failed = 0;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  CHECK(failed == 0);
+  unsigned long long tuned = 0, found = 0, defaulted = 0, waited = 0;
+  for (const auto& out : outputs) {
+    unsigned long long t = 0, f = 0, d = 0, w = 0;
+    FILE* file = std::fopen(out.c_str(), "r");
+    REQUIRE(file != nullptr);
+    const int read = std::fscanf(file, "tuned=%llu found=%llu defaulted=%llu waited=%llu", &t, &f, &d, &w);
+    std::fclose(file);
+    CHECK(read == 4);
+    tuned += t;
+    found += f;
+    defaulted += d;
+    waited += w;
+  }
+  MESSAGE("8 processes x " << kFluxShapes.size() << " keys: tuned " << tuned << ", found in the cache " << found
+                           << " (after waiting: " << waited << "), defaulted " << defaulted);
+  CHECK(tuned == kFluxShapes.size());
+  CHECK(found == 7 * kFluxShapes.size());
+  CHECK(defaulted == 0);
+  gnsilu::cache::Store store(path, gnsilu::cache::Store::Mode::ReadOnly);
+  CHECK(store.all_tuning().size() == kFluxShapes.size());
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--worker") {
+    try {
+      CUdevice device = 0;
+      GNSILU_CU(drv().cuDeviceGet(&device, 0));
+      CUcontext context = nullptr;
+      GNSILU_CU(drv().cuDevicePrimaryCtxRetain(&context, device));
+      GNSILU_CU(drv().cuCtxSetCurrent(context));
+      return worker();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "worker: %s\n", e.what());
+      return 1;
+    }
+  }
   std::string why;
   if (!gnsilu::detail::driver_available(&why)) {
     std::printf("SKIPPED: %s\n", why.c_str());

@@ -1,25 +1,45 @@
 #!/usr/bin/env bash
-# Runs the GPU test suite on a machine with a GPU from a build folder made elsewhere (see README: the build
-# travels; the tests are run directly because ctest's files hold the build machine's paths). Logs go under
-# $OUT (default /tmp/gnsilu-gpu); a summary table is printed last.
+# Runs the GPU test suite and the benchmarks on a machine with a GPU, from a build folder made elsewhere (the
+# build travels; the tests are run directly because ctest's files hold the build machine's paths). Logs go
+# under $OUT (default /tmp/gnsilu-gpu); a summary is printed last. Usage: gpu_tests.sh [build] [tests|bench|all]
 set -u
 build=${1:-build}
+what=${2:-all}
 out=${OUT:-/tmp/gnsilu-gpu}
 mkdir -p "$out"
+export GNSILU_CACHE="$out/cache.sqlite"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
-
-"$build/tests/test_gpu" > "$out/test_gpu.log" 2>&1
-gpu_rc=$?
-GNSILU_LIBRARY="$build/libgnsilu.so" OUT="$out" python3 tests/gpu/precision_vs_torch.py > "$out/precision.log" 2>&1
-torch_rc=$?
-"$build/tools/gnsilu-run" > "$out/run.log" 2>&1
-run_rc=$?
-
-grep -E "MESSAGE|ERROR|FAIL|test cases|assertions|Status" "$out/test_gpu.log" | cut -c1-400 | tail -40
-cat "$out/precision.log" | tail -40
-cat "$out/run.log"
-printf '\n%-28s %s\n' "test_gpu (C++, doctest)" "exit $gpu_rc"
-printf '%-28s %s\n' "precision_vs_torch.py" "exit $torch_rc"
-printf '%-28s %s\n' "gnsilu-run" "exit $run_rc"
-[ $gpu_rc -eq 0 ] && [ $torch_rc -eq 0 ] && [ $run_rc -eq 0 ]
+summary=()
+step() {  # name, log, command...
+  local name=$1 log=$2
+  shift 2
+  "$@" > "$out/$log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-34s exit %s' "$name" "$rc")")
+  return $rc
+}
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  step "test_gpu (C++, doctest)" test_gpu.log "$build/tests/test_gpu"
+  step "precision_vs_torch.py" precision.log env GNSILU_LIBRARY="$build/libgnsilu.so" OUT="$out" \
+    python3 tests/gpu/precision_vs_torch.py
+  step "gnsilu-run" run.log "$build/tools/gnsilu-run"
+  grep -E "MESSAGE|ERROR|FAIL|test cases|assertions|Status" "$out/test_gpu.log" | cut -c1-300 | tail -40
+  tail -3 "$out/precision.log"
+  cat "$out/run.log"
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  rm -f "$out/cold.sqlite"*
+  step "start, empty cache" start_cold.log env GNSILU_CACHE="$out/cold.sqlite" \
+    "$build/tools/gnsilu-bench" start --shape 1x128x1024x1024 --dtypes bf16
+  step "start, warm cache" start_warm.log env GNSILU_CACHE="$out/cold.sqlite" \
+    "$build/tools/gnsilu-bench" start --shape 1x128x1024x1024 --dtypes bf16
+  step "overhead" overhead.log "$build/tools/gnsilu-bench" overhead
+  step "shapes" shapes.log "$build/tools/gnsilu-bench" shapes --json "$out/shapes.json"
+  echo "--- cold start"; cat "$out/start_cold.log"
+  echo "--- warm start"; cat "$out/start_warm.log"
+  cat "$out/overhead.log"
+  sed -n '/^shape/,$p' "$out/shapes.log"
+fi
+printf '\n'
+printf '%s\n' "${summary[@]}"

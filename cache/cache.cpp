@@ -1,0 +1,112 @@
+#include "cache.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+namespace gnsilu::cache {
+
+std::string default_user_path() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/') {
+    return std::string(xdg) + "/gnsilu/cache.sqlite";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return std::string(home) + "/.cache/gnsilu/cache.sqlite";
+  }
+  return "";
+}
+
+Settings settings_from_environment() {
+  Settings s;
+  const char* user = std::getenv("GNSILU_CACHE");
+  if (user == nullptr || *user == '\0') s.user_path = default_user_path();
+  else if (std::string(user) == "off") s.user_path.clear();
+  else s.user_path = user;
+  if (const char* shared = std::getenv("GNSILU_CACHE_SHARED"); shared != nullptr) {
+    std::istringstream in(shared);
+    for (std::string p; std::getline(in, p, ':');)
+      if (!p.empty()) s.shared_paths.push_back(p);
+  }
+  if (const char* busy = std::getenv("GNSILU_CACHE_BUSY_MS"); busy != nullptr && *busy != '\0') {
+    s.busy_timeout_ms = std::max(0, std::atoi(busy));
+  }
+  return s;
+}
+
+LayeredCache::LayeredCache(Settings settings) : settings_(std::move(settings)) {}
+
+void LayeredCache::open_all() {
+  std::call_once(opened_, [this] {
+    if (!settings_.user_path.empty()) {
+      user_ = std::make_unique<Store>(settings_.user_path, Store::Mode::ReadWrite, settings_.busy_timeout_ms);
+    }
+    for (const auto& p : settings_.shared_paths) {
+      shared_.push_back(std::make_unique<Store>(p, Store::Mode::ReadOnly, settings_.busy_timeout_ms));
+    }
+  });
+}
+
+Store* LayeredCache::user() {
+  open_all();
+  return user_.get();
+}
+
+const std::vector<std::unique_ptr<Store>>& LayeredCache::shared() {
+  open_all();
+  return shared_;
+}
+
+std::optional<TuningEntry> LayeredCache::find_tuning(const TuningKey& key) {
+  open_all();
+  if (user_) {
+    if (auto e = user_->find_tuning(key)) return e;
+  }
+  for (auto& s : shared_) {
+    if (auto e = s->find_tuning(key)) return e;
+  }
+  return std::nullopt;
+}
+
+bool LayeredCache::put_tuning(const TuningEntry& entry) {
+  open_all();
+  return user_ && user_->put_tuning(entry);
+}
+
+std::optional<KernelImage> LayeredCache::find_kernel(const KernelKey& key) {
+  open_all();
+  if (user_) {
+    if (auto k = user_->find_kernel(key)) return k;
+  }
+  for (auto& s : shared_) {
+    if (auto k = s->find_kernel(key)) return k;
+  }
+  return std::nullopt;
+}
+
+bool LayeredCache::put_kernel(const KernelKey& key, const KernelImage& image) {
+  open_all();
+  return user_ && user_->put_kernel(key, image);
+}
+
+namespace {
+std::mutex process_mutex;
+std::shared_ptr<LayeredCache>& process_slot() {
+  static auto* slot = new std::shared_ptr<LayeredCache>();  // never destroyed: see src/modules.cpp
+  return *slot;
+}
+}  // namespace
+
+std::shared_ptr<LayeredCache> process_cache() {
+  std::lock_guard lock(process_mutex);
+  auto& slot = process_slot();
+  if (!slot) slot = std::make_shared<LayeredCache>(settings_from_environment());
+  return slot;
+}
+
+void configure_process_cache(const Settings& settings) {
+  std::lock_guard lock(process_mutex);
+  process_slot() = std::make_shared<LayeredCache>(settings);
+}
+
+}  // namespace gnsilu::cache

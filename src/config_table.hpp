@@ -1,0 +1,57 @@
+// Which launch configuration a call uses. The hot path is one hash lookup under a shared lock, keyed by plain
+// values (no allocation). On a miss, once per key per process: the cache files (user, then shared), then,
+// if the policy allows and the activation is large enough, the tuner, under a lease in the user file so that
+// one process tunes a key while others wait briefly or use the default without storing anything.
+//
+//   GNSILU_TUNE            on (default) | cached | off
+//   GNSILU_TUNE_MIN_BYTES  smallest activation (x and y bytes) timed by the tuner (default 8 MiB); smaller
+//                          ones use a cached entry or the default
+//   GNSILU_TUNE_WAIT_MS    how long to wait for another process tuning the same key (default 3000)
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "device.hpp"
+#include "entries.hpp"
+#include "gnsilu/gnsilu.hpp"
+#include "plan.hpp"
+
+namespace gnsilu::detail {
+
+struct CallInfo {
+  const Problem& problem;
+  const Geometry& geometry;
+  const DeviceInfo& device;
+  CUcontext context;
+  CUstream stream;
+  Path path;  // the path the call takes (never Auto)
+};
+
+LaunchConfig config_for(const CallInfo& call, TunePolicy policy);
+
+TunePolicy process_tune_policy();
+void set_process_tune_policy(TunePolicy policy);
+
+// The tuning key of a call (device identity, code version, channels per group, dtypes, size class).
+cache::TuningKey tuning_key(const DeviceInfo& device, const Geometry& geometry, DType x, DType y);
+cache::DeviceIdentity identity_of(const DeviceInfo& device);
+
+// What happened so far in this process (for tests, tools and logs).
+struct Counters {
+  std::atomic<uint64_t> lookups_in_memory{0};
+  std::atomic<uint64_t> found_in_cache{0};
+  std::atomic<uint64_t> tuned{0};
+  std::atomic<uint64_t> defaulted{0};
+  std::atomic<uint64_t> waited_for_other_process{0};
+  std::atomic<uint64_t> compiled{0};            // NVRTC runs
+  std::atomic<uint64_t> kernels_from_cache{0};  // compiled kernels found in the cache files
+};
+Counters& counters();
+
+// Forgets the configurations resolved in this process (tests).
+void clear_config_table();
+
+}  // namespace gnsilu::detail

@@ -1,0 +1,495 @@
+// The persistent cache without a GPU: schema and migrations, round trips, key composition, layering, leases,
+// many processes on one file, and every fault (corrupt, truncated, other schema, not ours, unwritable, full
+// disk, locked): the store never throws, never changes a file it cannot use, and says why.
+#include <doctest/doctest.h>
+#include <sqlite3.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <SQLiteCpp/SQLiteCpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache.hpp"
+#include "store.hpp"
+
+using namespace gnsilu::cache;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char pattern[] = "/tmp/gnsilu-cache-test-XXXXXX";
+    path = mkdtemp(pattern);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+TuningKey key(int64_t cpg = 4, const std::string& device = "NVIDIA H200") {
+  TuningKey k;
+  k.device = {device, 90, 132, 143771, 61440};
+  k.code_version = "abc123-0011223344556677";
+  k.channels_per_group = cpg;
+  k.x_dtype = gnsilu::DType::BF16;
+  k.y_dtype = gnsilu::DType::BF16;
+  k.size_class = "dram";
+  return k;
+}
+
+TuningEntry entry(const TuningKey& k, int warps = 4) {
+  TuningEntry e;
+  e.key = k;
+  e.winner = {8, warps, 2, 8};
+  e.default_us = 300.5;
+  e.best_us = 250.25;
+  e.noise_us = 2.5;
+  e.tuned_shape = "1x128x1024x1024 G=32";
+  e.library_version = "0.1.0";
+  e.created_at = 1764430000;
+  e.candidates = {{{16, 8, 1, 4}, 300.5, 2.0, 15, "ok"}, {{8, warps, 2, 8}, 250.25, 2.5, 15, "ok"},
+                  {{32, 16, 1, 2}, 0, 0, 0, "failed: compile error"}};
+  return e;
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+// A populated cache file (rollback journal, so that its bytes are all in the one file).
+std::string populated(const TempDir& dir, const std::string& name, int entries) {
+  const std::string path = dir.file(name);
+  {
+    Store s(path, Store::Mode::ReadWrite);
+    REQUIRE(s.writable());
+    for (int i = 0; i < entries; ++i) REQUIRE(s.put_tuning(entry(key(i + 1))));
+    REQUIRE(s.put_kernel({90, "v", "bf16-bf16-e16-w8-s1"}, {true, std::vector<char>(5000, 'k'), {"a", "b", "c", "d"}, "--fmad=false", "13.0"}));
+  }
+  SQLite::Database db(path, SQLite::OPEN_READWRITE);
+  db.exec("PRAGMA journal_mode = DELETE");
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("a new file gets the current schema; entries and kernels round-trip") {
+  TempDir dir;
+  Store s(dir.file("sub/dir/cache.sqlite"), Store::Mode::ReadWrite);
+  REQUIRE(s.writable());
+  CHECK(s.schema_version() == kSchemaVersion);
+  CHECK_FALSE(s.find_tuning(key()).has_value());
+  const TuningEntry e = entry(key());
+  REQUIRE(s.put_tuning(e));
+  const auto got = s.find_tuning(key());
+  REQUIRE(got.has_value());
+  CHECK(got->key == e.key);
+  CHECK(got->winner == e.winner);
+  CHECK(got->default_us == e.default_us);
+  CHECK(got->best_us == e.best_us);
+  CHECK(got->noise_us == e.noise_us);
+  CHECK(got->tuned_shape == e.tuned_shape);
+  CHECK(got->created_at == e.created_at);
+  REQUIRE(got->candidates.size() == 3);
+  CHECK(got->candidates[2].status == "failed: compile error");
+  CHECK(got->candidates[1].config == e.winner);
+  // Replacing keeps one entry per key.
+  REQUIRE(s.put_tuning(entry(key(), 16)));
+  CHECK(s.find_tuning(key())->winner.warps == 16);
+  CHECK(s.all_tuning().size() == 1);
+  CHECK(s.find_tuning(key())->candidates.size() == 3);
+
+  const KernelKey kk{90, "v1", "bf16-bf16-e16-w8-s1"};
+  KernelImage image{true, std::vector<char>{'\0', 'E', 'L', 'F', '\x7f', '\0'}, {"_Z1a", "_Z1b", "_Z1c", "_Z1d"}, "--fmad=false", "13.0"};
+  REQUIRE(s.put_kernel(kk, image));
+  const auto k = s.find_kernel(kk);
+  REQUIRE(k.has_value());
+  CHECK(k->image == image.image);
+  CHECK(k->lowered_names == image.lowered_names);
+  CHECK(k->options == image.options);
+  CHECK(s.kernel_count() == 1);
+  CHECK_FALSE(s.find_kernel({80, "v1", "bf16-bf16-e16-w8-s1"}).has_value());
+}
+
+TEST_CASE("every key field separates entries") {
+  TempDir dir;
+  Store s(dir.file("c.sqlite"), Store::Mode::ReadWrite);
+  std::vector<TuningKey> keys(9, key());
+  keys[1].device.name = "NVIDIA H100 80GB HBM3";
+  keys[2].device.arch = 89;
+  keys[3].device.sms = 114;
+  keys[4].device.memory_mib = 81559;
+  keys[5].code_version = "other";
+  keys[6].channels_per_group = 16;
+  keys[7].y_dtype = gnsilu::DType::FP16;
+  keys[8].size_class = "l2";
+  for (std::size_t i = 0; i < keys.size(); ++i) REQUIRE(s.put_tuning(entry(keys[i], static_cast<int>(i + 1))));
+  for (std::size_t i = 0; i < keys.size(); ++i) CHECK(s.find_tuning(keys[i])->winner.warps == static_cast<int>(i + 1));
+  CHECK(s.all_tuning().size() == keys.size());
+  std::vector<std::string> texts;
+  for (const auto& k : keys) texts.push_back(k.text());
+  std::sort(texts.begin(), texts.end());
+  CHECK(std::unique(texts.begin(), texts.end()) == texts.end());
+}
+
+TEST_CASE("an older schema is migrated with its rows kept; a newer one is left alone") {
+  TempDir dir;
+  const std::string old_path = dir.file("v1.sqlite");
+  REQUIRE(Store::create_at_version(old_path, 1));
+  {
+    SQLite::Database db(old_path, SQLite::OPEN_READWRITE);
+    CHECK(db.execAndGet("PRAGMA user_version").getInt() == 1);
+    CHECK_FALSE(db.tableExists("kernels"));
+    db.exec("INSERT INTO tuning (device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version, "
+            "channels_per_group, x_dtype, y_dtype, size_class, elems_per_load, warps, stages, programs_per_sm, "
+            "default_us, best_us, noise_us, tuned_shape, library_version, created_at) VALUES ('NVIDIA H200', 90, 132, "
+            "143771, 61440, 'abc123-0011223344556677', 4, 'bf16', 'bf16', 'dram', 32, 8, 2, 2, 10, 9, 0.1, 's', '0.0.9', 1)");
+  }
+  {
+    Store s(old_path, Store::Mode::ReadWrite);
+    CHECK(s.writable());
+    CHECK(s.schema_version() == kSchemaVersion);
+    const auto e = s.find_tuning(key());
+    REQUIRE(e.has_value());
+    CHECK(e->winner == gnsilu::LaunchConfig{32, 8, 2, 2});
+    CHECK(e->library_version == "0.0.9");
+    CHECK(s.put_kernel({90, "v", "x"}, {true, {'a'}, {"n"}, "", ""}));
+  }
+  // A read-only layer of an older schema cannot be upgraded: skipped, untouched.
+  const std::string old_ro = dir.file("v1-ro.sqlite");
+  REQUIRE(Store::create_at_version(old_ro, 1));
+  const std::string before_ro = read_bytes(old_ro);
+  {
+    Store s(old_ro, Store::Mode::ReadOnly);
+    CHECK_FALSE(s.usable());
+    CHECK(s.problem().find("older schema") != std::string::npos);
+  }
+  CHECK(read_bytes(old_ro) == before_ro);
+
+  const std::string newer = dir.file("v99.sqlite");
+  {
+    SQLite::Database db(newer, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE);
+    db.exec("CREATE TABLE tuning (x INTEGER); PRAGMA user_version = 99");
+  }
+  const std::string before = read_bytes(newer);
+  {
+    Store s(newer, Store::Mode::ReadWrite);
+    CHECK_FALSE(s.usable());
+    CHECK(s.problem().find("newer gnsilu") != std::string::npos);
+    CHECK_FALSE(s.find_tuning(key()).has_value());
+    CHECK_FALSE(s.put_tuning(entry(key())));
+  }
+  CHECK(read_bytes(newer) == before);
+}
+
+TEST_CASE("files that are not usable caches are reported and never modified") {
+  TempDir dir;
+  SUBCASE("random bytes") {
+    const std::string path = dir.file("garbage.sqlite");
+    std::mt19937 rng(5);
+    std::string bytes(20000, '\0');
+    for (auto& c : bytes) c = static_cast<char>(rng());
+    write_bytes(path, bytes);
+    {
+      Store s(path, Store::Mode::ReadWrite);
+      CHECK_FALSE(s.usable());
+      CHECK_FALSE(s.find_tuning(key()).has_value());
+      CHECK_FALSE(s.put_tuning(entry(key())));
+      CHECK_FALSE(s.put_kernel({90, "v", "x"}, {true, {'a'}, {"n"}, "", ""}));
+      CHECK(s.claim("k", "me", 10) == Store::Claim::Unavailable);
+    }
+    CHECK(read_bytes(path) == bytes);
+  }
+  SUBCASE("a truncated cache") {
+    const std::string path = populated(dir, "full.sqlite", 40);
+    std::string bytes = read_bytes(path);
+    REQUIRE(bytes.size() > 8192);
+    bytes.resize(bytes.size() / 3);
+    write_bytes(path, bytes);
+    {
+      Store s(path, Store::Mode::ReadWrite);
+      // Either refused at open or at the first read of a missing page: never an exception, never a write.
+      for (int i = 1; i <= 40; ++i) s.find_tuning(key(i));
+      s.find_kernel({90, "v", "bf16-bf16-e16-w8-s1"});
+      s.put_tuning(entry(key(99)));
+      CHECK_FALSE(s.writable());
+      CHECK_FALSE(s.problem().empty());
+    }
+    CHECK(read_bytes(path) == bytes);
+  }
+  SUBCASE("a damaged page in a cache") {
+    const std::string path = populated(dir, "full.sqlite", 60);
+    std::string bytes = read_bytes(path);
+    // The type byte of every b-tree page after the first: structural damage SQLite's checks find.
+    for (std::size_t page = 1; page * 4096 < bytes.size(); page += 2) bytes[page * 4096] = static_cast<char>(0x7F);
+    write_bytes(path, bytes);
+    {
+      Store s(path, Store::Mode::ReadWrite);
+      for (int i = 1; i <= 60; ++i) s.find_tuning(key(i));
+      s.all_tuning();
+      s.put_tuning(entry(key(99)));
+    }
+    CHECK(read_bytes(path) == bytes);
+  }
+  SUBCASE("another application's database") {
+    const std::string path = dir.file("other.sqlite");
+    {
+      SQLite::Database db(path, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE);
+      db.exec("CREATE TABLE songs (title TEXT)");
+    }
+    const std::string before = read_bytes(path);
+    {
+      Store s(path, Store::Mode::ReadWrite);
+      CHECK_FALSE(s.usable());
+      CHECK(s.problem().find("not a gnsilu cache") != std::string::npos);
+      CHECK_FALSE(s.put_tuning(entry(key())));
+    }
+    CHECK(read_bytes(path) == before);
+  }
+  SUBCASE("a path that cannot be created") {
+    Store s("/proc/gnsilu-no-such-dir/cache.sqlite", Store::Mode::ReadWrite);
+    CHECK_FALSE(s.usable());
+    CHECK_FALSE(s.find_tuning(key()).has_value());
+    CHECK_FALSE(s.put_tuning(entry(key())));
+  }
+  SUBCASE("a folder where the file should be") {
+    fs::create_directories(dir.file("a-folder"));
+    Store s(dir.file("a-folder"), Store::Mode::ReadWrite);
+    CHECK_FALSE(s.usable());
+    CHECK_FALSE(s.put_tuning(entry(key())));
+  }
+}
+
+TEST_CASE("a compiled kernel whose bytes changed in the file is ignored") {
+  TempDir dir;
+  const std::string path = dir.file("k.sqlite");
+  const KernelKey kk{90, "v1", "bf16-bf16-e16-w8-s1"};
+  {
+    Store s(path, Store::Mode::ReadWrite);
+    REQUIRE(s.put_kernel(kk, {true, std::vector<char>(4000, 'c'), {"a", "b", "c", "d"}, "", ""}));
+  }
+  {
+    SQLite::Database db(path, SQLite::OPEN_READWRITE);
+    db.exec("UPDATE kernels SET image = zeroblob(4000)");  // a blob SQLite itself cannot check
+  }
+  Store s(path, Store::Mode::ReadWrite);
+  CHECK_FALSE(s.find_kernel(kk).has_value());
+  // Saving it again repairs the row.
+  REQUIRE(s.put_kernel(kk, {true, std::vector<char>(4000, 'c'), {"a", "b", "c", "d"}, "", ""}));
+  CHECK(s.find_kernel(kk).has_value());
+}
+
+TEST_CASE("a full disk: writes fail cleanly, the file stays sound, earlier entries stay readable") {
+  TempDir dir;
+  SUBCASE("/dev/full") {
+    // /dev/full reads as empty and fails every write with ENOSPC.
+    const std::string path = dir.file("full-disk.sqlite");
+    fs::create_symlink("/dev/full", path);
+    Store s(path, Store::Mode::ReadWrite);
+    CHECK_FALSE(s.put_tuning(entry(key())));
+    CHECK_FALSE(s.writable());
+    CHECK_FALSE(s.find_tuning(key()).has_value());
+  }
+  SUBCASE("the file size limit reached while writing") {
+    const std::string path = populated(dir, "growing.sqlite", 5);
+    const auto limit = static_cast<rlim_t>(fs::file_size(path) + 16 * 1024);
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      signal(SIGXFSZ, SIG_IGN);  // writes past the limit then fail with EFBIG instead of killing the process
+      rlimit r{limit, limit};
+      setrlimit(RLIMIT_FSIZE, &r);
+      int refused = 0, crashed = 0;
+      try {
+        Store s(path, Store::Mode::ReadWrite);
+        for (int i = 0; i < 400; ++i) refused += !s.put_tuning(entry(key(100 + i)));
+        for (int i = 1; i <= 5; ++i) crashed += !s.find_tuning(key(i)).has_value();
+      } catch (...) {
+        crashed = 1000;
+      }
+      _exit(refused > 0 && crashed == 0 ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    SQLite::Database db(path, SQLite::OPEN_READONLY);
+    CHECK(db.execAndGet("PRAGMA integrity_check").getString() == "ok");
+    Store after(path, Store::Mode::ReadWrite);
+    for (int i = 1; i <= 5; ++i) CHECK(after.find_tuning(key(i)).has_value());
+  }
+}
+
+TEST_CASE("read-only layers are read, never written") {
+  TempDir dir;
+  const std::string path = populated(dir, "shipped.sqlite", 3);
+  const std::string before = read_bytes(path);
+  {
+    Store s(path, Store::Mode::ReadOnly);
+    CHECK(s.usable());
+    CHECK_FALSE(s.writable());
+    CHECK(s.find_tuning(key(2)).has_value());
+    CHECK(s.find_kernel({90, "v", "bf16-bf16-e16-w8-s1"}).has_value());
+    CHECK_FALSE(s.put_tuning(entry(key(7))));
+    CHECK(s.claim("k", "me", 5) == Store::Claim::Unavailable);
+  }
+  CHECK(read_bytes(path) == before);
+}
+
+TEST_CASE("a file locked by another process: no error reaches the caller, and later writes succeed") {
+  TempDir dir;
+  const std::string path = dir.file("locked.sqlite");
+  Store s(path, Store::Mode::ReadWrite, 100);
+  REQUIRE(s.put_tuning(entry(key(1))));
+  {
+    SQLite::Database holder(path, SQLite::OPEN_READWRITE, 0);
+    holder.exec("BEGIN EXCLUSIVE");
+    const auto started = std::chrono::steady_clock::now();
+    CHECK_FALSE(s.put_tuning(entry(key(2))));
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    CHECK(waited < 5.0);
+    s.find_tuning(key(1));  // may or may not see through the lock; must not throw
+    holder.exec("COMMIT");
+  }
+  CHECK(s.writable());
+  CHECK(s.put_tuning(entry(key(2))));
+  CHECK(s.find_tuning(key(2)).has_value());
+}
+
+TEST_CASE("layering: the user file wins, shared files are read in order, writes go to the user file") {
+  TempDir dir;
+  const std::string shared1 = populated(dir, "shared1.sqlite", 0);
+  const std::string shared2 = populated(dir, "shared2.sqlite", 0);
+  {
+    Store a(shared1, Store::Mode::ReadWrite);
+    REQUIRE(a.put_tuning(entry(key(1), 11)));
+    REQUIRE(a.put_tuning(entry(key(2), 12)));
+    Store b(shared2, Store::Mode::ReadWrite);
+    REQUIRE(b.put_tuning(entry(key(2), 22)));
+    REQUIRE(b.put_tuning(entry(key(3), 23)));
+  }
+  for (const auto& p : {shared1, shared2}) {
+    SQLite::Database db(p, SQLite::OPEN_READWRITE);
+    db.exec("PRAGMA journal_mode = DELETE");
+  }
+  const std::string before1 = read_bytes(shared1), before2 = read_bytes(shared2);
+  Settings settings;
+  settings.user_path = dir.file("user.sqlite");
+  settings.shared_paths = {shared1, shared2};
+  LayeredCache cache(settings);
+  CHECK(cache.find_tuning(key(1))->winner.warps == 11);
+  CHECK(cache.find_tuning(key(2))->winner.warps == 12);  // the first shared file wins over the second
+  CHECK(cache.find_tuning(key(3))->winner.warps == 23);
+  CHECK_FALSE(cache.find_tuning(key(4)).has_value());
+  REQUIRE(cache.put_tuning(entry(key(2), 2)));           // the user's entry wins over both
+  CHECK(cache.find_tuning(key(2))->winner.warps == 2);
+  REQUIRE(cache.put_tuning(entry(key(4), 4)));
+  CHECK(cache.find_tuning(key(4))->winner.warps == 4);
+  CHECK(read_bytes(shared1) == before1);
+  CHECK(read_bytes(shared2) == before2);
+
+  Settings none;
+  LayeredCache memory_only(none);
+  CHECK(memory_only.user() == nullptr);
+  CHECK_FALSE(memory_only.put_tuning(entry(key(1))));
+  CHECK_FALSE(memory_only.find_tuning(key(1)).has_value());
+}
+
+TEST_CASE("settings from the environment") {
+  setenv("GNSILU_CACHE", "/tmp/x/c.sqlite", 1);
+  setenv("GNSILU_CACHE_SHARED", "/a.sqlite:/b.sqlite::", 1);
+  setenv("GNSILU_CACHE_BUSY_MS", "250", 1);
+  Settings s = settings_from_environment();
+  CHECK(s.user_path == "/tmp/x/c.sqlite");
+  CHECK(s.shared_paths == std::vector<std::string>{"/a.sqlite", "/b.sqlite"});
+  CHECK(s.busy_timeout_ms == 250);
+  setenv("GNSILU_CACHE", "off", 1);
+  CHECK(settings_from_environment().user_path.empty());
+  unsetenv("GNSILU_CACHE");
+  setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
+  CHECK(settings_from_environment().user_path == "/tmp/xdg/gnsilu/cache.sqlite");
+  unsetenv("XDG_CACHE_HOME");
+  unsetenv("GNSILU_CACHE_SHARED");
+  unsetenv("GNSILU_CACHE_BUSY_MS");
+  CHECK(default_user_path().find("/.cache/gnsilu/cache.sqlite") != std::string::npos);
+}
+
+TEST_CASE("leases: one owner at a time, until released or expired") {
+  TempDir dir;
+  Store s(dir.file("l.sqlite"), Store::Mode::ReadWrite);
+  CHECK(s.claim("key", "a", 60) == Store::Claim::Acquired);
+  CHECK(s.claim("key", "a", 60) == Store::Claim::Acquired);  // the owner may renew
+  CHECK(s.claim("key", "b", 60) == Store::Claim::HeldByOther);
+  CHECK(s.claim("other", "b", 60) == Store::Claim::Acquired);
+  s.release("key", "b");  // not the owner: no effect
+  CHECK(s.claim("key", "b", 60) == Store::Claim::HeldByOther);
+  s.release("key", "a");
+  CHECK(s.claim("key", "b", 0.05) == Store::Claim::Acquired);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(s.claim("key", "c", 60) == Store::Claim::Acquired);  // b's lease expired
+}
+
+TEST_CASE("eight processes at once on one file: every write lands, one lease per key") {
+  TempDir dir;
+  const std::string path = dir.file("shared-by-8.sqlite");
+  constexpr int kProcesses = 8, kKeys = 40;
+  std::vector<pid_t> children;
+  const std::string results = dir.file("claims");
+  fs::create_directories(results);
+  for (int p = 0; p < kProcesses; ++p) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int failures = 0;
+      {
+        Store s(path, Store::Mode::ReadWrite, 10000);
+        if (!s.writable()) failures++;
+        // Everyone claims the same lease; the winner records it.
+        if (s.claim("the-key", "owner-" + std::to_string(p), 60) == Store::Claim::Acquired) {
+          std::ofstream(results + "/" + std::to_string(p)) << "won";
+        }
+        for (int k = 0; k < kKeys; ++k) {
+          if (!s.put_tuning(entry(key(1000 * (p + 1) + k)))) failures++;
+          if (!s.find_tuning(key(1000 * (p + 1) + k))) failures++;
+          if (!s.put_tuning(entry(key(7), 1 + k % 16))) failures++;  // all fight over one key too
+          if (!s.put_kernel({90, "v", "p" + std::to_string(p) + "-" + std::to_string(k)}, {true, std::vector<char>(3000, 'x'), {"a", "b", "c", "d"}, "", ""})) failures++;
+        }
+      }
+      _exit(failures == 0 ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  int failed = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed++;
+  }
+  CHECK(failed == 0);
+  Store s(path, Store::Mode::ReadWrite);
+  CHECK(s.all_tuning().size() == static_cast<std::size_t>(kProcesses * kKeys + 1));
+  CHECK(s.kernel_count() == kProcesses * kKeys);
+  int winners = 0;
+  for (const auto& f : fs::directory_iterator(results)) winners += f.is_regular_file();
+  CHECK(winners == 1);
+}

@@ -1,0 +1,343 @@
+// gnsilu-bench: measurements on a GPU, printed as a table (and JSON with --json FILE).
+//
+//   gnsilu-bench shapes   [--shapes 1x512x128x128,...] [--dtypes bf16,fp16] [--groups 32] [--repeats 30]
+//       For each shape and dtype, in one run on the same tensors: a device-to-device copy of x (the floor),
+//       gnsilu as an application sees it (tuned on first use, through the cache), the default configuration,
+//       and every candidate configuration timed by hand; CUDA events, L2 flushed before every timed run,
+//       median of the repeats. Bytes per element, GB/s and the ratio to the copy.
+//   gnsilu-bench start    [--shape ...]   time to the first and second result in this process, and where the
+//                                         configuration and kernels came from (cold or warm cache)
+//   gnsilu-bench overhead                 host time of a call whose configuration is resolved (tiny tensor)
+//   gnsilu-bench worker   [--shapes ...]  calls each shape once and prints what this process did (JSON), for
+//                                         the many-processes-on-one-cache test
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "config_table.hpp"
+#include "device.hpp"
+#include "driver.hpp"
+#include "errors.hpp"
+#include "gnsilu/gnsilu.hpp"
+#include "gnsilu_math.cuh"
+#include "plan.hpp"
+#include "tuner.hpp"
+
+namespace {
+
+using gnsilu::DType;
+using gnsilu::LaunchConfig;
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+namespace gd = gnsilu::detail;
+
+const gd::Driver& drv() { return gd::driver(); }
+
+struct Args {
+  std::string command;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<DType> dtypes = {DType::BF16, DType::FP16};
+  int64_t groups = 32;
+  int repeats = 30;
+  std::string json_path;
+};
+
+std::vector<int64_t> parse_shape(const std::string& text) {
+  std::vector<int64_t> dims;
+  std::stringstream in(text);
+  for (std::string d; std::getline(in, d, 'x');) dims.push_back(std::stoll(d));
+  return dims;
+}
+
+std::string shape_text(const std::vector<int64_t>& dims) {
+  std::string out;
+  for (auto d : dims) {
+    if (!out.empty()) out += 'x';
+    out += std::to_string(d);
+  }
+  return out;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  a.command = argc > 1 ? argv[1] : "shapes";
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(arg + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--shapes" || arg == "--shape") {
+      std::stringstream in(value());
+      for (std::string s; std::getline(in, s, ',');) a.shapes.push_back(parse_shape(s));
+    } else if (arg == "--dtypes") {
+      a.dtypes.clear();
+      std::stringstream in(value());
+      for (std::string s; std::getline(in, s, ',');) a.dtypes.push_back(s == "fp16" ? DType::FP16 : s == "fp32" ? DType::FP32 : DType::BF16);
+    } else if (arg == "--groups") {
+      a.groups = std::stoll(value());
+    } else if (arg == "--repeats") {
+      a.repeats = std::stoi(value());
+    } else if (arg == "--json") {
+      a.json_path = value();
+    } else {
+      throw std::runtime_error("unknown argument " + arg);
+    }
+  }
+  if (a.shapes.empty()) {
+    // The Flux VAE decoder's GroupNorm inputs at 1024x1024, and 1, 4, 16 MiB activations (bf16).
+    a.shapes = {{1, 512, 32, 32}, {1, 512, 64, 64}, {1, 512, 128, 128}, {1, 512, 256, 256},
+                {1, 256, 512, 512}, {1, 512, 512, 512}, {1, 128, 1024, 1024}, {1, 256, 1024, 1024}};
+  }
+  return a;
+}
+
+struct Buffer {
+  CUdeviceptr ptr = 0;
+  std::size_t bytes = 0;
+  explicit Buffer(std::size_t n) : bytes(n) { GNSILU_CU(drv().cuMemAlloc_v2(&ptr, n)); }
+  ~Buffer() {
+    if (ptr) drv().cuMemFree_v2(ptr);
+  }
+  void* get() const { return reinterpret_cast<void*>(ptr); }
+};
+
+// Times `body` (which enqueues work on `stream`) with events, L2 flushed before each run; median in us.
+struct Timer {
+  CUstream stream = nullptr;
+  CUevent start = nullptr, stop = nullptr;
+  Buffer flush;
+  unsigned char byte = 0;
+  explicit Timer(std::size_t l2) : flush(std::max<std::size_t>(2 * l2, 1 << 20)) {
+    GNSILU_CU(drv().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    GNSILU_CU(drv().cuEventCreate(&start, CU_EVENT_DEFAULT));
+    GNSILU_CU(drv().cuEventCreate(&stop, CU_EVENT_DEFAULT));
+  }
+  template <typename F>
+  double median_us(int repeats, F&& body) {
+    body();  // warm-up
+    std::vector<double> times;
+    for (int i = 0; i < repeats; ++i) {
+      GNSILU_CU(drv().cuMemsetD8Async(flush.ptr, ++byte, flush.bytes, stream));
+      GNSILU_CU(drv().cuEventRecord(start, stream));
+      body();
+      GNSILU_CU(drv().cuEventRecord(stop, stream));
+      GNSILU_CU(drv().cuEventSynchronize(stop));
+      float ms = 0;
+      GNSILU_CU(drv().cuEventElapsedTime(&ms, start, stop));
+      times.push_back(1000.0 * ms);
+    }
+    return gd::median_of(times);
+  }
+};
+
+const gd::DeviceInfo& setup_device() {
+  CUdevice device = 0;
+  GNSILU_CU(drv().cuDeviceGet(&device, 0));
+  CUcontext context = nullptr;
+  GNSILU_CU(drv().cuDevicePrimaryCtxRetain(&context, device));
+  GNSILU_CU(drv().cuCtxSetCurrent(context));
+  return gd::device_info(device);
+}
+
+void fill_random(const Buffer& x, DType dtype, std::size_t n, uint64_t seed) {
+  std::vector<unsigned char> host(n * gnsilu::dtype_size(dtype));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.2f, 1.3f);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = normal(rng);
+    if (dtype == DType::FP32) std::memcpy(&host[4 * i], &v, 4);
+    else {
+      const uint16_t h = dtype == DType::BF16 ? gnsilu::math::float_to_bf16(v) : gnsilu::math::float_to_fp16(v);
+      std::memcpy(&host[2 * i], &h, 2);
+    }
+  }
+  GNSILU_CU(drv().cuMemcpyHtoD_v2(x.ptr, host.data(), host.size()));
+}
+
+std::string config_text(const LaunchConfig& c) {
+  return "e" + std::to_string(c.elems_per_load) + " w" + std::to_string(c.warps) + " s" + std::to_string(c.stages) +
+         " p" + std::to_string(c.programs_per_sm);
+}
+
+int run_shapes(const Args& a) {
+  const gd::DeviceInfo& dev = setup_device();
+  std::printf("GPU: %s (sm_%d, %d SMs, L2 %d MiB); median of %d runs, L2 flushed before each\n", dev.name.c_str(),
+              dev.arch(), dev.sms, dev.l2_bytes >> 20, a.repeats);
+  Timer timer(static_cast<std::size_t>(dev.l2_bytes));
+  json rows = json::array();
+  std::vector<std::string> lines;
+  for (DType dtype : a.dtypes) {
+    for (const auto& shape : a.shapes) {
+      const auto g = gd::make_geometry(shape, a.groups);
+      const std::size_t n = static_cast<std::size_t>(g.numel);
+      const std::size_t bytes = n * gnsilu::dtype_size(dtype);
+      Buffer x(bytes), y(bytes), w(4 * shape[1]), b(4 * shape[1]);
+      fill_random(x, dtype, n, 7);
+      std::vector<float> params(static_cast<std::size_t>(shape[1]), 1.0f);
+      GNSILU_CU(drv().cuMemcpyHtoD_v2(w.ptr, params.data(), 4 * params.size()));
+      std::fill(params.begin(), params.end(), 0.1f);
+      GNSILU_CU(drv().cuMemcpyHtoD_v2(b.ptr, params.data(), 4 * params.size()));
+      gnsilu::Problem p;
+      p.x = x.get();
+      p.x_dtype = dtype;
+      p.y = y.get();
+      p.y_dtype = dtype;
+      p.shape = shape;
+      p.num_groups = a.groups;
+      p.weight = w.get();
+      p.bias = b.get();
+
+      const double copy = timer.median_us(a.repeats, [&] {
+        GNSILU_CU(drv().cuMemcpyDtoDAsync_v2(y.ptr, x.ptr, bytes, timer.stream));
+      });
+      const auto tuned_before = gd::counters().tuned.load();
+      const auto t0 = Clock::now();
+      gnsilu::group_norm_silu(p, timer.stream);  // resolves (and maybe tunes) the configuration
+      GNSILU_CU(drv().cuStreamSynchronize(timer.stream));
+      const double first_call_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      const bool tuned_now = gd::counters().tuned.load() > tuned_before;
+      const double app = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream); });
+      json candidates = json::array();
+      double best = 1e30, def = 0;
+      LaunchConfig best_config;
+      for (const auto& c : gnsilu::candidate_configs()) {
+        gnsilu::LaunchOptions o;
+        o.config = c;
+        const double t = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream, {}, o); });
+        if (c == gnsilu::candidate_configs()[0]) def = t;
+        if (t < best) {
+          best = t;
+          best_config = c;
+        }
+        candidates.push_back({{"config", config_text(c)}, {"us", t}});
+      }
+      const double gbps = 2.0 * static_cast<double>(bytes) / (app * 1e-6) / 1e9;
+      const std::string path = gd::choose_path(g, gnsilu::Path::Auto, dev.sms) == gnsilu::Path::Fused ? "fused" : "split";
+      char line[512];
+      std::snprintf(line, sizeof line, "%-18s %-5s %7.1f %8.1f %9.1f %6.2fx %9.1f %9.1f %-14s %7.0f %s%s",
+                    shape_text(shape).c_str(), gnsilu::dtype_name(dtype), bytes / 1048576.0, copy, app, app / copy, def,
+                    best, config_text(best_config).c_str(), gbps, path.c_str(), tuned_now ? " (tuned now)" : "");
+      lines.push_back(line);
+      std::printf("%s\n", line);
+      std::fflush(stdout);
+      rows.push_back({{"shape", shape_text(shape)}, {"dtype", gnsilu::dtype_name(dtype)}, {"groups", a.groups},
+                      {"mib", bytes / 1048576.0}, {"copy_us", copy}, {"gnsilu_us", app}, {"ratio_to_copy", app / copy},
+                      {"default_us", def}, {"best_by_hand_us", best}, {"best_by_hand", config_text(best_config)},
+                      {"gnsilu_gbps_x_plus_y", gbps}, {"path", path}, {"tuned_in_this_run", tuned_now},
+                      {"first_call_s", first_call_s}, {"candidates", candidates}});
+    }
+  }
+  std::printf("\n%-18s %-5s %7s %8s %9s %7s %9s %9s %-14s %7s %s\n", "shape", "dtype", "MiB", "copy us", "gnsilu us",
+              "/copy", "default", "best hand", "best config", "GB/s", "path");
+  for (const auto& l : lines) std::printf("%s\n", l.c_str());
+  if (!a.json_path.empty()) std::ofstream(a.json_path) << rows.dump(1) << "\n";
+  return 0;
+}
+
+json counters_json() {
+  const auto& c = gd::counters();
+  return {{"tuned", c.tuned.load()},         {"found_in_cache", c.found_in_cache.load()},
+          {"defaulted", c.defaulted.load()}, {"waited_for_other_process", c.waited_for_other_process.load()},
+          {"compiled", c.compiled.load()},   {"kernels_from_cache", c.kernels_from_cache.load()}};
+}
+
+int run_start(const Args& a, bool worker) {
+  const auto t_start = Clock::now();
+  const gd::DeviceInfo& dev = setup_device();
+  (void)dev;
+  json out = {{"pid", getpid()}};
+  json calls = json::array();
+  for (DType dtype : a.dtypes) {
+    for (const auto& shape : a.shapes) {
+      const auto g = gd::make_geometry(shape, a.groups);
+      const std::size_t bytes = static_cast<std::size_t>(g.numel) * gnsilu::dtype_size(dtype);
+      Buffer x(bytes), y(bytes);
+      fill_random(x, dtype, static_cast<std::size_t>(g.numel), 3);
+      gnsilu::Problem p;
+      p.x = x.get();
+      p.x_dtype = dtype;
+      p.y = y.get();
+      p.y_dtype = dtype;
+      p.shape = shape;
+      p.num_groups = a.groups;
+      auto t = Clock::now();
+      gnsilu::group_norm_silu(p);
+      GNSILU_CU(drv().cuCtxSynchronize());
+      const double first = std::chrono::duration<double>(Clock::now() - t).count();
+      t = Clock::now();
+      gnsilu::group_norm_silu(p);
+      GNSILU_CU(drv().cuCtxSynchronize());
+      const double second = std::chrono::duration<double>(Clock::now() - t).count();
+      calls.push_back({{"shape", shape_text(shape)}, {"dtype", gnsilu::dtype_name(dtype)}, {"first_call_s", first},
+                       {"second_call_s", second}});
+      if (!worker) {
+        std::printf("%-18s %-5s first call %.3f s, second %.6f s\n", shape_text(shape).c_str(),
+                    gnsilu::dtype_name(dtype), first, second);
+      }
+    }
+  }
+  out["calls"] = calls;
+  out["counters"] = counters_json();
+  out["process_s"] = std::chrono::duration<double>(Clock::now() - t_start).count();
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+int run_overhead() {
+  setup_device();
+  const std::vector<int64_t> shape{1, 32, 8, 8};
+  Buffer x(2 * 2048), y(2 * 2048);
+  fill_random(x, DType::BF16, 2048, 1);
+  gnsilu::Problem p;
+  p.x = x.get();
+  p.y = y.get();
+  p.shape = shape;
+  gnsilu::group_norm_silu(p);  // resolve the configuration, compile, load
+  GNSILU_CU(drv().cuCtxSynchronize());
+  std::vector<double> per_call;
+  for (int round = 0; round < 20; ++round) {
+    const int calls = 500;
+    const auto t = Clock::now();
+    for (int i = 0; i < calls; ++i) gnsilu::group_norm_silu(p);
+    per_call.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count() / calls);
+    GNSILU_CU(drv().cuCtxSynchronize());
+  }
+  std::printf("host time of a call with its configuration resolved (1x32x8x8 bf16, 500 calls a round, 20 rounds): "
+              "median %.2f us, min %.2f us per call\n",
+              gd::median_of(per_call), *std::min_element(per_call.begin(), per_call.end()));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Args a = parse(argc, argv);
+    std::string why;
+    if (!gd::driver_available(&why)) {
+      std::fprintf(stderr, "gnsilu-bench: %s\n", why.c_str());
+      return 2;
+    }
+    if (a.command == "shapes") return run_shapes(a);
+    if (a.command == "start") return run_start(a, false);
+    if (a.command == "worker") return run_start(a, true);
+    if (a.command == "overhead") return run_overhead();
+    std::fprintf(stderr, "gnsilu-bench: unknown command %s (shapes, start, overhead, worker)\n", a.command.c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gnsilu-bench: %s\n", e.what());
+    return 1;
+  }
+}
