@@ -128,8 +128,8 @@ std::string checksum_of(const std::vector<char>& image, const std::string& names
   return hex;
 }
 
-// file:<path>?mode=ro&immutable=1 with the characters URIs reserve percent-encoded.
-std::string read_only_uri(const std::string& path) {
+// file:<path>?mode=ro (with &immutable=1 when asked) with the characters URIs reserve percent-encoded.
+std::string read_only_uri(const std::string& path, bool immutable) {
   std::string out = "file:";
   for (unsigned char c : path) {
     if (c == '%' || c == '?' || c == '#' || c < 0x20) {
@@ -140,7 +140,7 @@ std::string read_only_uri(const std::string& path) {
       out += static_cast<char>(c);
     }
   }
-  return out + "?mode=ro&immutable=1";
+  return out + (immutable ? "?mode=ro&immutable=1" : "?mode=ro");
 }
 
 void apply_steps(SQLite::Database& db, int from, int to) {
@@ -247,8 +247,18 @@ void Store::open(int busy_timeout_ms) {
              "Make it writable, or point GNSILU_CACHE at a writable file.");
       }
     } else {
-      db_ = std::make_unique<SQLite::Database>(read_only_uri(path_), SQLite::OPEN_READONLY | SQLite::OPEN_URI,
+      // Read-only, with the usual locking so that a file another process still writes (in WAL mode) reads
+      // right; where that cannot work (a read-only mount with no -shm file), as an immutable file.
+      db_ = std::make_unique<SQLite::Database>(read_only_uri(path_, false), SQLite::OPEN_READONLY | SQLite::OPEN_URI,
                                                busy_timeout_ms);
+      try {
+        db_->execAndGet("SELECT count(*) FROM sqlite_master");
+      } catch (const SQLite::Exception& e) {
+        const int code = primary(e);
+        if (code == SQLITE_NOTADB || code == SQLITE_CORRUPT) throw;
+        db_ = std::make_unique<SQLite::Database>(read_only_uri(path_, true), SQLite::OPEN_READONLY | SQLite::OPEN_URI,
+                                                 busy_timeout_ms);
+      }
     }
   } catch (const SQLite::Exception& e) {
     db_.reset();
@@ -346,6 +356,12 @@ bool Store::run_write(const char* what, const std::function<void()>& body) {
     SQLite::Transaction t(*db_, SQLite::TransactionBehavior::IMMEDIATE);
     body();
     t.commit();
+    // Move committed pages from the WAL into the file now, so that readers that cannot use the WAL (a copy of
+    // the file, an immutable read-only layer) see them even if this process never closes the connection.
+    try {
+      db_->exec("PRAGMA wal_checkpoint(PASSIVE)");
+    } catch (const SQLite::Exception&) {
+    }
     return true;
   } catch (const SQLite::Exception& e) {
     const int code = primary(e);

@@ -7,8 +7,9 @@
 //   * every function below is written out in such operations, with contraction off on both sides
 //     (NVRTC --fmad=false, host -ffp-contract=off) and fma only where it is spelled fma32;
 //   * the exponential is ours: the toolkit's expf and glibc's expf can differ in the last bit;
-//   * 16-bit values are read and written as bits, with round-to-nearest-even written out, and NaN outputs
-//     are canonical (0x7FC0 bf16, 0x7E00 fp16, 0x7FC00000 fp32) so that every platform stores the same bits.
+//   * 16-bit values are read and written as bits, with round-to-nearest-even written out (or done by the
+//     hardware's conversion where it rounds the same way), and NaN outputs are canonical (0x7FFF bf16 and
+//     fp16, 0x7FC00000 fp32) so that every platform stores the same bits.
 //
 // The reduction tree (part of the definition of the result, independent of any launch configuration):
 //   * group (n, g) is the contiguous run of L = (C/G) * S elements of x (S: product of the spatial sizes);
@@ -157,7 +158,7 @@ GNSILU_HD float fp16_to_float(u16 h) {
 
 GNSILU_HD u16 float_to_bf16(float f) {
   u32 u = bits_of(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0u;  // canonical NaN
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFFu;  // canonical NaN
   u += 0x7FFFu + ((u >> 16) & 1u);                        // nearest even; overflow carries into Inf
   return static_cast<u16>(u >> 16);
 }
@@ -166,7 +167,7 @@ GNSILU_HD u16 float_to_fp16(float f) {
   const u32 u = bits_of(f);
   const u32 sign = (u >> 16) & 0x8000u;
   u32 a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return 0x7E00u;                 // canonical NaN
+  if (a > 0x7F800000u) return 0x7FFFu;                 // canonical NaN
   if (a >= 0x477FF000u) return static_cast<u16>(sign | 0x7C00u);  // >= 65520 rounds to Inf
   if (a < 0x38800000u) {                               // below 2^-14: a multiple of 2^-24
     // |f| * 2^24 is exact (< 1024) and round_to_int rounds it to nearest even; 1024 becomes 2^-14.
@@ -180,6 +181,28 @@ GNSILU_HD u16 float_to_fp16(float f) {
 
 GNSILU_HD u32 float_canonical_bits(float f) { return is_nan(f) ? 0x7FC00000u : bits_of(f); }
 
+// Two floats to two 16-bit values in one word (lo in the low half). From sm_80 the hardware conversion does
+// it in one instruction with the same rounding (nearest even, overflow to Inf, subnormals kept) and the same
+// NaN (0x7FFF: every NaN the kernels convert is an arithmetic result, all of whose payload bits are set).
+GNSILU_HD u32 pack_bf16x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  u32 out;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+  return out;
+#else
+  return static_cast<u32>(float_to_bf16(lo)) | static_cast<u32>(float_to_bf16(hi)) << 16;
+#endif
+}
+GNSILU_HD u32 pack_fp16x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  u32 out;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+  return out;
+#else
+  return static_cast<u32>(float_to_fp16(lo)) | static_cast<u32>(float_to_fp16(hi)) << 16;
+#endif
+}
+
 // ---- exp and SiLU --------------------------------------------------------------------------------------
 // exp(a) = p * 2^k in FP32: a = k ln2 + r (Cody-Waite, exact first step), p = e^r from 1 + r + r^2 q(r) with
 // q a Taylor polynomial through r^6/8!; p in [0.70, 1.42] has an error under one ulp. -104 <= a <= 89.
@@ -190,7 +213,9 @@ struct ExpParts {
 GNSILU_HD ExpParts exp32_parts(float a) {
   const float ln2_hi = 0.693145751953125f;     // 0x3F317200: k * ln2_hi is exact for |k| < 2^9
   const float ln2_lo = 1.42860677e-06f;        // ln2 - ln2_hi
-  const float n = round_to_int(a * 1.44269502f);
+  // n = nearest integer of a log2(e), by adding 1.5 * 2^23: the sum's low mantissa bits hold n as an integer.
+  const float shifted = a * 1.44269502f + 12582912.0f;
+  const float n = shifted - 12582912.0f;
   float r = fma32(-n, ln2_hi, a);
   r = fma32(-n, ln2_lo, r);
   float q = 2.48015873e-05f;                   // 1/8!
@@ -200,7 +225,7 @@ GNSILU_HD ExpParts exp32_parts(float a) {
   q = fma32(q, r, 4.16666667e-02f);            // 1/4!
   q = fma32(q, r, 1.66666667e-01f);            // 1/3!
   q = fma32(q, r, 0.5f);                       // 1/2!
-  return {1.0f + fma32(q, r * r, r), static_cast<int>(n)};
+  return {1.0f + fma32(q, r * r, r), static_cast<int>(bits_of(shifted)) - 0x4B400000};
 }
 
 // m * 2^k for normal m of magnitude below 2^8 and -160 <= k <= 129: the first product is exact (the
@@ -223,13 +248,19 @@ GNSILU_HD float exp32(float a) {
 // silu(v) = v / (1 + exp(-v)), one IEEE division (PyTorch's FP32 formula). Below -80, where exp(-v) nears the
 // top of the range (and overflows past -88.7, where PyTorch returns -0), v * exp(v) is the same to 1e-34
 // relative and is computed as (v * p) * 2^k so that a result near the subnormal range is rounded once.
+//
+// In the division branch -v is clamped to at least -87: below that exp(-v) < 2^-125 and 1 + exp(-v) rounds to 1
+// exactly as before (and a NaN v gives v / 1 = NaN), so 2^k is one normal float and exp(-v) = p * 2^k is one
+// multiplication rounded once: the same value as exp32(-v), in fewer instructions.
 GNSILU_HD float silu32(float v) {
   if (v < -80.0f) {
     if (v < -120.0f) return -0.0f;
     const ExpParts e = exp32_parts(v);
     return scale_pow2(v * e.p, e.k);
   }
-  return div32(v, 1.0f + exp32(-v));
+  const float a = -v > -87.0f ? -v : -87.0f;
+  const ExpParts e = exp32_parts(a);  // -126 <= k <= 116
+  return div32(v, 1.0f + e.p * pow2f(e.k));
 }
 
 // ---- loads and stores by dtype code ----------------------------------------------------------------------
@@ -271,7 +302,7 @@ template <int XT>
 struct Scaling {
   static constexpr bool kScaled = XT != kFP16;
   static constexpr float kFirst = kScaled ? 4.8828125e-04f : 1.0f;  // 2^-11
-  static constexpr double kFirstInverse = kScaled ? 2048.0 : 1.0;
+  static constexpr float kFirstInverseF = kScaled ? 2048.0f : 1.0f;
 };
 
 // A float rounded (nearest even) to 12 significant bits; values that would round past the largest float are
@@ -295,12 +326,12 @@ struct Pivot {
 
 template <int XT>
 GNSILU_HD Pivot chunk_pivot(float first_sum, u32 max_abs_bits, int n) {
-  double mean = div64(static_cast<double>(first_sum) * Scaling<XT>::kFirstInverse, static_cast<double>(n));
-  const double largest = 3.4028234663852886e38;  // FLT_MAX
+  float mean = div32(first_sum, static_cast<float>(n)) * Scaling<XT>::kFirstInverseF;  // exact power-of-two scaling
+  const float largest = 3.40282347e38f;  // FLT_MAX (an overflow to Inf is clamped; NaN stays NaN)
   if (mean > largest) mean = largest;
   if (mean < -largest) mean = -largest;
   Pivot p;
-  p.c = round_to_12_bits(narrow(mean));
+  p.c = round_to_12_bits(mean);
   if constexpr (Scaling<XT>::kScaled) {
     const int ex = exponent_of(max_abs_bits);
     const int ec = exponent_of(bits_of(p.c) & 0x7FFFFFFFu);

@@ -15,7 +15,8 @@
 //     then the block applies the group; the second read of x mostly hits L2 (the group was just read).
 //
 // Launch constants are template parameters: WARPS (warps per block), EPL (elements per thread per step of the
-// apply loops: 8, 16 or 32), STAGES (chunks a warp holds in flight in chunk_stats: 1 or 2). None of them
+// apply loops: 8, 16 or 32), STAGES (chunks a warp holds in flight in chunk_stats: 2 loads the next chunk
+// while reducing the current one). None of them
 // changes the reduction tree, so none changes a bit of the output.
 #include "gnsilu_math.cuh"
 #include "gnsilu_params.cuh"
@@ -37,17 +38,40 @@ struct alignas(16) Raw16 {
 };
 
 // ---- vectors of 8 elements (16 bytes of 16-bit data, 32 of FP32) ----------------------------------------
+// Loaded raw (so that a chunk in flight costs 4 registers a vector in 16-bit), converted when used.
 template <int T>
-__device__ __forceinline__ void load_vector(const void* base, i64 i, float (&v)[kVec]) {
+struct RawVector {
+  Raw16 q[T == kFP32 ? 2 : 1];
+};
+
+__device__ __forceinline__ Raw16 load16(const void* p) {
+  Raw16 r;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.a), "=r"(r.b), "=r"(r.c), "=r"(r.d) : "l"(p));
+  return r;
+}
+__device__ __forceinline__ void store16(void* p, u32 a, u32 b, u32 c, u32 d) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
+template <int T>
+__device__ __forceinline__ RawVector<T> load_raw(const void* base, i64 i) {
+  RawVector<T> r;
   if constexpr (T == kFP32) {
-    const Raw16* p = reinterpret_cast<const Raw16*>(static_cast<const float*>(base) + i);
-    const Raw16 lo = p[0];
-    const Raw16 hi = p[1];
-    v[0] = float_of(lo.a); v[1] = float_of(lo.b); v[2] = float_of(lo.c); v[3] = float_of(lo.d);
-    v[4] = float_of(hi.a); v[5] = float_of(hi.b); v[6] = float_of(hi.c); v[7] = float_of(hi.d);
+    r.q[0] = load16(static_cast<const float*>(base) + i);
+    r.q[1] = load16(static_cast<const float*>(base) + i + 4);
   } else {
-    const Raw16 q = *reinterpret_cast<const Raw16*>(static_cast<const u16*>(base) + i);
-    const u32 w[4] = {q.a, q.b, q.c, q.d};
+    r.q[0] = load16(static_cast<const u16*>(base) + i);
+  }
+  return r;
+}
+
+template <int T>
+__device__ __forceinline__ void unpack(const RawVector<T>& r, float (&v)[kVec]) {
+  if constexpr (T == kFP32) {
+    v[0] = float_of(r.q[0].a); v[1] = float_of(r.q[0].b); v[2] = float_of(r.q[0].c); v[3] = float_of(r.q[0].d);
+    v[4] = float_of(r.q[1].a); v[5] = float_of(r.q[1].b); v[6] = float_of(r.q[1].c); v[7] = float_of(r.q[1].d);
+  } else {
+    const u32 w[4] = {r.q[0].a, r.q[0].b, r.q[0].c, r.q[0].d};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const u16 lo = static_cast<u16>(w[k] & 0xFFFFu);
@@ -64,22 +88,24 @@ __device__ __forceinline__ void load_vector(const void* base, i64 i, float (&v)[
 }
 
 template <int T>
+__device__ __forceinline__ void load_vector(const void* base, i64 i, float (&v)[kVec]) {
+  unpack<T>(load_raw<T>(base, i), v);
+}
+
+template <int T>
 __device__ __forceinline__ void store_vector(void* base, i64 i, const float (&v)[kVec]) {
   if constexpr (T == kFP32) {
-    Raw16* p = reinterpret_cast<Raw16*>(static_cast<float*>(base) + i);
-    p[0] = Raw16{float_canonical_bits(v[0]), float_canonical_bits(v[1]), float_canonical_bits(v[2]),
-                 float_canonical_bits(v[3])};
-    p[1] = Raw16{float_canonical_bits(v[4]), float_canonical_bits(v[5]), float_canonical_bits(v[6]),
-                 float_canonical_bits(v[7])};
+    float* p = static_cast<float*>(base) + i;
+    store16(p, float_canonical_bits(v[0]), float_canonical_bits(v[1]), float_canonical_bits(v[2]),
+            float_canonical_bits(v[3]));
+    store16(p + 4, float_canonical_bits(v[4]), float_canonical_bits(v[5]), float_canonical_bits(v[6]),
+            float_canonical_bits(v[7]));
+  } else if constexpr (T == kBF16) {
+    store16(static_cast<u16*>(base) + i, pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
+            pack_bf16x2(v[6], v[7]));
   } else {
-    u32 w[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const u32 lo = T == kBF16 ? float_to_bf16(v[2 * k]) : float_to_fp16(v[2 * k]);
-      const u32 hi = T == kBF16 ? float_to_bf16(v[2 * k + 1]) : float_to_fp16(v[2 * k + 1]);
-      w[k] = lo | (hi << 16);
-    }
-    *reinterpret_cast<Raw16*>(static_cast<u16*>(base) + i) = Raw16{w[0], w[1], w[2], w[3]};
+    store16(static_cast<u16*>(base) + i, pack_fp16x2(v[0], v[1]), pack_fp16x2(v[2], v[3]), pack_fp16x2(v[4], v[5]),
+            pack_fp16x2(v[6], v[7]));
   }
 }
 
@@ -112,25 +138,51 @@ __device__ __forceinline__ int warp_max(int v) {
 }
 
 // ---- one chunk, one warp ---------------------------------------------------------------------------------
-// Loads chunk `chunk` (global index over all groups) into v: slot s of this lane holds elements
-// (lane + 32 s) * 8 ... + 7 of the chunk; absent elements are +0.
+// A chunk in flight, raw: slot s of this lane holds elements (lane + 32 s) * 8 ... + 7 of the chunk (absent
+// elements are zero bits, +0 in every format). 16 registers a chunk in 16-bit, 32 in FP32.
 template <int XT>
-__device__ __forceinline__ int load_chunk(const Params& p, i64 chunk, int lane, float (&v)[kSlots][kVec]) {
+struct ChunkData {
+  RawVector<XT> raw[kSlots];
+  int n;
+};
+
+// The raw bits of element i of x (a 16-bit value in the low half, or the FP32 bits).
+template <int XT>
+__device__ __forceinline__ u32 element_bits(const void* x, i64 i) {
+  if constexpr (XT == kFP32) return static_cast<const u32*>(x)[i];
+  else return static_cast<const u16*>(x)[i];
+}
+
+template <int XT>
+__device__ __forceinline__ void load_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
   const i64 group = chunk / p.chunks_per_group;
   const i64 j = chunk - group * p.chunks_per_group;
-  const int n = chunk_length(p.group_length, j);
+  c.n = chunk_length(p.group_length, j);
   const i64 start = group * p.group_length + j * kChunk;
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
     const int first = (lane + kLanes * s) * kVec;
-    if (p.vectorized && first + kVec <= n) {
-      load_vector<XT>(p.x, start + first, v[s]);
+    if (p.vectorized && first + kVec <= c.n) {
+      c.raw[s] = load_raw<XT>(p.x, start + first);
     } else {
+      // Element by element (unaligned rows, or the end of a group), into the same raw layout.
+      u32 w[XT == kFP32 ? 8 : 4];
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) v[s][e] = first + e < n ? load_element<XT>(p.x, start + first + e) : 0.0f;
+      for (int e = 0; e < kVec; ++e) {
+        const u32 b = first + e < c.n ? element_bits<XT>(p.x, start + first + e) : 0u;
+        if constexpr (XT == kFP32) w[e] = b;
+        else w[e / 2] = e % 2 ? (w[e / 2] | b << 16) : b;
+      }
+#pragma unroll
+      for (int q = 0; q < (XT == kFP32 ? 2 : 1); ++q) c.raw[s].q[q] = Raw16{w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]};
     }
   }
-  return n;
+}
+
+template <int XT>
+__device__ __forceinline__ void chunk_values(const ChunkData<XT>& c, float (&v)[kSlots][kVec]) {
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) unpack<XT>(c.raw[s], v[s]);
 }
 
 // The chunk's record from the values in registers (every lane returns the same record).
@@ -234,25 +286,44 @@ __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, c
 }
 
 // ---- split path ------------------------------------------------------------------------------------------
+template <int XT>
+__device__ __forceinline__ void finish_chunk(const ChunkData<XT>& c, i64 chunk, int lane, ChunkRecord* records) {
+  float v[kSlots][kVec];
+  chunk_values<XT>(c, v);
+  const ChunkRecord r = reduce_chunk<XT>(v, c.n, lane);
+  if (lane == 0) records[chunk] = r;
+}
+
 template <int XT, int WARPS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(const Params p) {
   static_assert(WARPS >= 1 && WARPS <= 32, "WARPS");
   static_assert(STAGES == 1 || STAGES == 2, "STAGES");
   const int lane = threadIdx.x & 31;
-  const i64 warp = static_cast<i64>(blockIdx.x) * WARPS + threadIdx.x / 32;
-  const i64 warps = static_cast<i64>(gridDim.x) * WARPS;
+  const i64 stride = static_cast<i64>(gridDim.x) * WARPS;
+  const i64 total = p.chunks_total;
   ChunkRecord* records = static_cast<ChunkRecord*>(p.records);
-  for (i64 first = warp * STAGES; first < p.chunks_total; first += warps * STAGES) {
-    float v[STAGES][kSlots][kVec];
-    int n[STAGES];
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) n[s] = first + s < p.chunks_total ? load_chunk<XT>(p, first + s, lane, v[s]) : 0;
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      if (n[s] > 0) {
-        const ChunkRecord r = reduce_chunk<XT>(v[s], n[s], lane);
-        if (lane == 0) records[first + s] = r;
-      }
+  i64 chunk = static_cast<i64>(blockIdx.x) * WARPS + threadIdx.x / 32;
+  if constexpr (STAGES == 1) {
+    for (; chunk < total; chunk += stride) {
+      ChunkData<XT> c;
+      load_chunk<XT>(p, chunk, lane, c);
+      finish_chunk<XT>(c, chunk, lane, records);
+    }
+  } else {
+    // Double buffering: the next chunk's loads are in flight while this one is reduced.
+    if (chunk >= total) return;
+    ChunkData<XT> a, b;
+    load_chunk<XT>(p, chunk, lane, a);
+    for (;;) {
+      const i64 second = chunk + stride;
+      if (second < total) load_chunk<XT>(p, second, lane, b);
+      finish_chunk<XT>(a, chunk, lane, records);
+      if (second >= total) break;
+      const i64 third = second + stride;
+      if (third < total) load_chunk<XT>(p, third, lane, a);
+      finish_chunk<XT>(b, second, lane, records);
+      if (third >= total) break;
+      chunk = third;
     }
   }
 }
@@ -302,9 +373,11 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) fused(const Par
   const unsigned s = static_cast<unsigned>(p.s);
   for (i64 group = blockIdx.x; group < p.groups_total; group += gridDim.x) {
     for (int j = warp; j < chunks; j += WARPS) {
+      ChunkData<XT> c;
+      load_chunk<XT>(p, group * p.chunks_per_group + j, lane, c);
       float v[kSlots][kVec];
-      const int n = load_chunk<XT>(p, group * p.chunks_per_group + j, lane, v);
-      const ChunkRecord r = reduce_chunk<XT>(v, n, lane);
+      chunk_values<XT>(c, v);
+      const ChunkRecord r = reduce_chunk<XT>(v, c.n, lane);
       if (lane == 0) records[j] = r;
     }
     __syncthreads();

@@ -7,7 +7,8 @@ build=${1:-build}
 what=${2:-all}
 out=${OUT:-/tmp/gnsilu-gpu}
 mkdir -p "$out"
-export GNSILU_CACHE="$out/cache.sqlite"
+mkdir -p /tmp/gnsilu-cache
+export GNSILU_CACHE=/tmp/gnsilu-cache/cache.sqlite
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 summary=()
@@ -29,17 +30,27 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   cat "$out/run.log"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  rm -f "$out/cold.sqlite"*
-  step "start, empty cache" start_cold.log env GNSILU_CACHE="$out/cold.sqlite" \
-    "$build/tools/gnsilu-bench" start --shape 1x128x1024x1024 --dtypes bf16
-  step "start, warm cache" start_warm.log env GNSILU_CACHE="$out/cold.sqlite" \
-    "$build/tools/gnsilu-bench" start --shape 1x128x1024x1024 --dtypes bf16
-  step "overhead" overhead.log "$build/tools/gnsilu-bench" overhead
+  rm -f /tmp/gnsilu-cache/cold.sqlite*
+  cold=/tmp/gnsilu-cache/cold.sqlite
+  {
+    echo "--- cold start (empty cache file)"
+    GNSILU_CACHE=$cold "$build/tools/gnsilu-bench" start --shape 1x128x1024x1024 --dtypes bf16
+    echo "--- warm start (the same file, a new process)"
+    GNSILU_CACHE=$cold "$build/tools/gnsilu-bench" start --shape 1x128x1024x1024 --dtypes bf16
+    "$build/tools/gnsilu-bench" overhead
+  } > "$out/start.log" 2>&1
+  summary+=("$(printf '%-34s exit %s' "start and overhead" "$?")")
   step "shapes" shapes.log "$build/tools/gnsilu-bench" shapes --json "$out/shapes.json"
-  echo "--- cold start"; cat "$out/start_cold.log"
-  echo "--- warm start"; cat "$out/start_warm.log"
-  cat "$out/overhead.log"
+  cat "$out/start.log"
   sed -n '/^shape/,$p' "$out/shapes.log"
+fi
+if [ "$what" = profile ]; then
+  # Nsight Compute on the three kernels of one large call (no tuning, so that the first launches are the call's).
+  GNSILU_TUNE=off ncu --clock-control none --kernel-name regex:"chunk_stats|finalize|apply" --launch-count 3 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    "$build/tools/gnsilu-bench" shapes --shapes 1x128x1024x1024 --dtypes bf16 --repeats 2 > "$out/ncu.log" 2>&1
+  summary+=("$(printf '%-34s exit %s' "ncu" "$?")")
+  grep -E "chunk_stats|finalize|apply|Duration|Throughput|Registers|Achieved Occupancy|Issue Slots|Warp Cycles Per Issued|Stall" "$out/ncu.log" | head -80
 fi
 printf '\n'
 printf '%s\n' "${summary[@]}"
