@@ -20,8 +20,10 @@
 //   * a chunk gives a record {c, R, Q, E}: c a pivot near the chunk mean (12 significant bits), and with
 //     d = x*2^-E - c*2^-E, R = sum d and Q = sum d*d, each with that tree (in FP64 above the vectors);
 //     2^E bounds |x| + |c| so nothing overflows;
-//   * a group's mean and sum of squared deviations come from its records in FP64: lane l (of 32) adds
-//     records l, l+32, l+64, ... in order, then the lanes are combined by the same butterfly.
+//   * a group's mean and sum of squared deviations come from its records in FP64: partial p (of 256) adds
+//     records p, p+256, p+512, ... in order, then the partials are combined pairwise, p with p + 128, then
+//     with p + 64, ... down to p + 1 (a block of 256 threads does it with shared memory and a butterfly; one
+//     warp does the first three levels within each lane).
 // A warp that holds a chunk in registers computes exactly this tree; so does the CPU reference.
 //
 // Why the numbers are good: the pivot makes the second sum centred (no cancellation however large the mean
@@ -52,6 +54,7 @@ constexpr int kChunk = 1024;           // elements per chunk record
 constexpr int kVec = 8;                // elements per vector (one tree leaf group)
 constexpr int kLanes = 32;             // lanes of a chunk
 constexpr int kSlots = kChunk / (kVec * kLanes);  // vectors per lane: 4
+constexpr int kPartials = 256;         // partial sums of the records of a group
 static_assert(kSlots == 4, "the lane tree below is written for 4 slots");
 
 // ---- bits ------------------------------------------------------------------------------------------------
@@ -146,14 +149,30 @@ GNSILU_HD float round_to_int(float v) {
 // ---- 16-bit formats, as bits ---------------------------------------------------------------------------
 GNSILU_HD float bf16_to_float(u16 h) { return float_of(static_cast<u32>(h) << 16); }
 
+// Largest magnitude so far: NaN is skipped (as fmax does), which cannot matter (a NaN poisons the chunk's
+// sums and so its group), and costs one instruction on the GPU.
+GNSILU_HD float max_abs(float top, float v) {
+#if defined(__CUDA_ARCH__)
+  return fmaxf(top, fabsf(v));
+#else
+  return __builtin_fmaxf(top, __builtin_fabsf(v));
+#endif
+}
+
 // The fp16 bits shifted into a float's exponent and mantissa fields are the value times 2^-112 (subnormals
 // included, as float subnormals); one exact multiplication rebiases. Inf and NaN take the all-ones exponent.
 GNSILU_HD float fp16_to_float(u16 h) {
+#if defined(__CUDA_ARCH__)
+  float f;  // exact: the hardware conversion gives the same value in one instruction
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+#else
   const u32 sign = static_cast<u32>(h & 0x8000u) << 16;
   const u32 magnitude = static_cast<u32>(h & 0x7FFFu) << 13;
   const u32 scaled = bits_of(float_of(magnitude) * pow2f(112));
   const u32 special = 0x7F800000u | (magnitude & 0x007FE000u);
   return float_of(sign | ((h & 0x7C00u) == 0x7C00u ? special : scaled));
+#endif
 }
 
 GNSILU_HD u16 float_to_bf16(float f) {
@@ -325,7 +344,8 @@ struct Pivot {
 };
 
 template <int XT>
-GNSILU_HD Pivot chunk_pivot(float first_sum, u32 max_abs_bits, int n) {
+GNSILU_HD Pivot chunk_pivot(float first_sum, float largest_abs, int n) {
+  const u32 max_abs_bits = bits_of(largest_abs);
   float mean = div32(first_sum, static_cast<float>(n)) * Scaling<XT>::kFirstInverseF;  // exact power-of-two scaling
   const float largest = 3.40282347e38f;  // FLT_MAX (an overflow to Inf is clamped; NaN stays NaN)
   if (mean > largest) mean = largest;

@@ -6,7 +6,7 @@
 //     chunk_stats  one warp per 1024-element chunk: loads the chunk into registers (4 x 16-byte vectors per
 //                  lane), sums it, takes its pivot, then sums the centred values and their squares from the
 //                  same registers: x is read once for the statistics. Writes a 16-byte record per chunk.
-//     finalize     one warp per group: combines the group's records in FP64, writes per-(n, c) constants.
+//     finalize     one block per group: combines the group's records in FP64, writes per-(n, c) constants.
 //     apply        tiles of (row, span): y = silu(fma(fma(x, u, -cu), k, shift)), 16-byte loads and stores.
 //     Bytes moved: x twice and y once (6 per element in 16-bit), plus 16 bytes per 1024 elements of records.
 //
@@ -128,6 +128,11 @@ __device__ __forceinline__ u32 warp_max(u32 v) {
   }
   return v;
 }
+__device__ __forceinline__ float warp_max_float(float v) {
+#pragma unroll
+  for (int h = 16; h >= 1; h /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, h));
+  return v;
+}
 __device__ __forceinline__ int warp_max(int v) {
 #pragma unroll
   for (int h = 16; h >= 1; h /= 2) {
@@ -189,22 +194,19 @@ __device__ __forceinline__ void chunk_values(const ChunkData<XT>& c, float (&v)[
 template <int XT>
 __device__ __forceinline__ ChunkRecord reduce_chunk(const float (&v)[kSlots][kVec], int n, int lane) {
   float part[kSlots];
-  u32 top = 0;
+  float top = 0.0f;
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
     float a[kVec];
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {
       a[e] = v[s][e] * Scaling<XT>::kFirst;
-      if constexpr (Scaling<XT>::kScaled) {
-        const u32 m = bits_of(v[s][e]) & 0x7FFFFFFFu;
-        top = m > top ? m : top;
-      }
+      if constexpr (Scaling<XT>::kScaled) top = max_abs(top, v[s][e]);
     }
     part[s] = tree8(a);
   }
   const float first = warp_sum(tree_slots(part[0], part[1], part[2], part[3]));
-  if constexpr (Scaling<XT>::kScaled) top = warp_max(top);
+  if constexpr (Scaling<XT>::kScaled) top = warp_max_float(top);
   const Pivot pivot = chunk_pivot<XT>(first, top, n);
 
   double pr[kSlots];
@@ -232,25 +234,59 @@ __device__ __forceinline__ ChunkRecord reduce_chunk(const float (&v)[kSlots][kVe
   return r;
 }
 
-// A group's statistics from its records, by one warp (records in global or shared memory).
+// A group's statistics from its records. Partial p (of 256) sums records p, p + 256, ... in order; the partials
+// combine pairwise (p with p + 128, then p + 64, ... p + 1). One warp: lane l holds partials l + 32 m, m < 8,
+// combines them in-lane for the first three levels, then across lanes.
+template <typename Term>
+__device__ __forceinline__ double partials_warp(i64 count, int lane, Term term) {
+  double part[8];
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    double acc = 0.0;
+    for (i64 j = lane + 32 * m; j < count; j += kPartials) acc = acc + term(j);
+    part[m] = acc;
+  }
+#pragma unroll
+  for (int m = 0; m < 4; ++m) part[m] = part[m] + part[m + 4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m) part[m] = part[m] + part[m + 2];
+  return warp_sum(part[0] + part[1]);
+}
+
 __device__ __forceinline__ GroupStats group_stats_warp(const ChunkRecord* records, i64 count, i64 length,
                                                        double eps, int lane) {
-  double sum = 0.0;
   int max_e = -1000;
-  for (i64 j = lane; j < count; j += kLanes) {
-    const ChunkRecord r = records[j];
-    sum = sum + record_sum(r, chunk_length(length, j));
-    max_e = r.e > max_e ? r.e : max_e;
-  }
-  sum = warp_sum(sum);
+  for (i64 j = lane; j < count; j += kLanes) max_e = records[j].e > max_e ? records[j].e : max_e;
   max_e = warp_max(max_e);
+  const double sum = partials_warp(count, lane, [&](i64 j) { return record_sum(records[j], chunk_length(length, j)); });
   const double mean = div64(sum, static_cast<double>(length));
-  double squares = 0.0;
-  for (i64 j = lane; j < count; j += kLanes) {
-    squares = squares + record_squares(records[j], chunk_length(length, j), mean);
-  }
-  squares = warp_sum(squares);
+  const double squares = partials_warp(
+      count, lane, [&](i64 j) { return record_squares(records[j], chunk_length(length, j), mean); });
   return group_stats(sum, squares, length, max_e, eps);
+}
+
+// The same with a block of 256 threads: thread t holds partial t; shared memory for the levels 128 to 32, a
+// butterfly for 16 to 1. Every thread of the block returns the result.
+template <typename Term>
+__device__ __forceinline__ double partials_block(i64 count, double* shared, Term term) {
+  const int t = threadIdx.x;
+  double acc = 0.0;
+  for (i64 j = t; j < count; j += kPartials) acc = acc + term(j);
+  shared[t] = acc;
+  __syncthreads();
+#pragma unroll
+  for (int h = kPartials / 2; h >= 32; h /= 2) {
+    if (t < h) shared[t] = shared[t] + shared[t + h];
+    __syncthreads();
+  }
+  double v = t < 32 ? shared[t] : 0.0;
+  if (t < 32) v = warp_sum(v);
+  __syncthreads();
+  if (t == 0) shared[0] = v;
+  __syncthreads();
+  const double out = shared[0];
+  __syncthreads();
+  return out;
 }
 
 __device__ __forceinline__ RowConstants channel_constants(const Params& p, const GroupStats& s, i64 channel) {
@@ -328,18 +364,32 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(con
   }
 }
 
-template <int WARPS>
-__global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) finalize(const Params p) {
-  const int lane = threadIdx.x & 31;
-  const i64 group = static_cast<i64>(blockIdx.x) * WARPS + threadIdx.x / 32;
-  if (group >= p.groups_total) return;
-  const ChunkRecord* records = static_cast<const ChunkRecord*>(p.records) + group * p.chunks_per_group;
-  const GroupStats s = group_stats_warp(records, p.chunks_per_group, p.group_length, p.eps, lane);
-  const i64 sample = group / p.g;
-  const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
-  RowConstants* rows = static_cast<RowConstants*>(p.rows);
-  for (i64 k = lane; k < p.channels_per_group; k += kLanes) {
-    rows[sample * p.c + first_channel + k] = channel_constants(p, s, first_channel + k);
+// One block of 256 threads per group (a grid-stride loop over the groups).
+__global__ void __launch_bounds__(kPartials) finalize(const Params p) {
+  __shared__ double shared[kPartials];
+  __shared__ int max_shared;
+  const i64 count = p.chunks_per_group;
+  const i64 length = p.group_length;
+  for (i64 group = blockIdx.x; group < p.groups_total; group += gridDim.x) {
+    const ChunkRecord* records = static_cast<const ChunkRecord*>(p.records) + group * count;
+    if (threadIdx.x == 0) max_shared = -1000;
+    __syncthreads();
+    int max_e = -1000;
+    for (i64 j = threadIdx.x; j < count; j += kPartials) max_e = records[j].e > max_e ? records[j].e : max_e;
+    atomicMax(&max_shared, max_e);  // a maximum: the order does not matter
+    const double sum =
+        partials_block(count, shared, [&](i64 j) { return record_sum(records[j], chunk_length(length, j)); });
+    const double mean = div64(sum, static_cast<double>(length));
+    const double squares = partials_block(
+        count, shared, [&](i64 j) { return record_squares(records[j], chunk_length(length, j), mean); });
+    const GroupStats s = group_stats(sum, squares, length, max_shared, p.eps);
+    const i64 sample = group / p.g;
+    const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
+    RowConstants* rows = static_cast<RowConstants*>(p.rows);
+    for (i64 k = threadIdx.x; k < p.channels_per_group; k += kPartials) {
+      rows[sample * p.c + first_channel + k] = channel_constants(p, s, first_channel + k);
+    }
+    __syncthreads();  // max_shared is reset for the next group
   }
 }
 

@@ -125,7 +125,10 @@ cache::TuningEntry tune(const CallInfo& call, const cache::TuningKey& key) {
   slice.num_groups = groups;
   const Geometry g = make_geometry(shape, groups);
 
-  const auto candidates = candidate_configs();
+  // The path's default first: the tuner keeps it unless a candidate is clearly faster.
+  std::vector<LaunchConfig> candidates{default_config(call.path)};
+  for (const auto& c : candidate_configs())
+    if (!(c == candidates[0])) candidates.push_back(c);
   // Compile every candidate first, in parallel (a later process finds them in the cache file).
   std::vector<std::thread> compilers;
   for (const auto& c : candidates) {
@@ -165,7 +168,7 @@ bool valid(const LaunchConfig& c) {
 
 // The slow path, once per key per process. `remember` says whether the answer may stay in memory.
 LaunchConfig resolve(const CallInfo& call, TunePolicy policy, bool small, bool& remember) {
-  const LaunchConfig fallback = candidate_configs()[0];
+  const LaunchConfig fallback = default_config(call.path);
   if (policy == TunePolicy::Never) {
     remember = false;
     return fallback;
@@ -290,7 +293,7 @@ LaunchConfig config_for(const CallInfo& call, TunePolicy policy) {
       t.in_flight.emplace(key, future);
       lock.unlock();
       bool remember = true;
-      LaunchConfig result = candidate_configs()[0];
+      LaunchConfig result = default_config(call.path);
       try {
         result = resolve(call, policy, small, remember);
       } catch (const std::exception& e) {

@@ -16,7 +16,7 @@ std::array<std::string, kKernelCount> kernel_names(const Variant& v) {
   const std::string s = std::to_string(v.config.stages);
   return {
       "gnsilu::kernel::chunk_stats<" + x + "," + w + "," + s + ">",
-      "gnsilu::kernel::finalize<" + w + ">",
+      "gnsilu::kernel::finalize",
       "gnsilu::kernel::apply<" + x + "," + y + "," + w + "," + e + ">",
       "gnsilu::kernel::fused<" + x + "," + y + "," + w + "," + e + ">",
   };

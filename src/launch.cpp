@@ -48,7 +48,8 @@ void launch_problem(const Problem& problem, const Geometry& g, const DeviceInfo&
   p.records = base;
   p.rows = static_cast<char*>(base) + plan.rows_offset;
   launch_kernel(d, kernels.kernel(kStats), plan.stats_blocks, plan.threads, stream, p, "cuLaunchKernel(chunk_stats)");
-  launch_kernel(d, kernels.kernel(kFinalize), plan.finalize_blocks, plan.threads, stream, p, "cuLaunchKernel(finalize)");
+  launch_kernel(d, kernels.kernel(kFinalize), plan.finalize_blocks, plan.finalize_threads, stream, p,
+                "cuLaunchKernel(finalize)");
   launch_kernel(d, kernels.kernel(kApply), plan.apply_blocks, plan.threads, stream, p, "cuLaunchKernel(apply)");
 }
 

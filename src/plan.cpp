@@ -115,8 +115,9 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, in
   // chunk_stats: one warp per `stages` chunks.
   const int64_t warps_needed = ceil_div(g.chunks_total, config.stages);
   plan.stats_blocks = static_cast<unsigned>(std::clamp<int64_t>(ceil_div(warps_needed, config.warps), 1, max_blocks));
-  // finalize: one warp per group.
-  plan.finalize_blocks = static_cast<unsigned>(ceil_div(g.groups_total, config.warps));
+  // finalize: one block of 256 threads per group.
+  plan.finalize_blocks = static_cast<unsigned>(std::min<int64_t>(g.groups_total, int64_t{1} << 20));
+  plan.finalize_threads = static_cast<unsigned>(math::kPartials);
   // apply: rows of s elements cut into spans so that there are a few tiles per block of the grid.
   const int64_t rows = g.n * g.c;
   const int64_t step = static_cast<int64_t>(plan.threads) * config.elems_per_load;

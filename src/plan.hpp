@@ -37,7 +37,8 @@ inline std::size_t workspace_bytes(const Geometry& geometry) { return split_work
 struct Plan {
   Path path = Path::Split;
   kernel::Params params{};
-  unsigned threads = 0;           // per block, every kernel
+  unsigned threads = 0;           // per block (finalize: finalize_threads)
+  unsigned finalize_threads = 256;
   unsigned stats_blocks = 0;
   unsigned finalize_blocks = 0;
   unsigned apply_blocks = 0;

@@ -30,7 +30,7 @@ ChunkRecord chunk_record(const void* x, i64 start, int n) {
   for (int i = 0; i < kChunk; ++i) v[i] = i < n ? load_element<XT>(x, start + i) : 0.0f;
 
   float lanes[kLanes];
-  u32 top = 0;
+  float top = 0.0f;
   for (int lane = 0; lane < kLanes; ++lane) {
     float part[kSlots];
     for (int s = 0; s < kSlots; ++s) {
@@ -38,7 +38,7 @@ ChunkRecord chunk_record(const void* x, i64 start, int n) {
       for (int e = 0; e < kVec; ++e) {
         const float value = v[(lane + kLanes * s) * kVec + e];
         a[e] = value * Scaling<XT>::kFirst;
-        if constexpr (Scaling<XT>::kScaled) top = std::max(top, bits_of(value) & 0x7FFFFFFFu);
+        if constexpr (Scaling<XT>::kScaled) top = max_abs(top, value);
       }
       part[s] = tree8(a);
     }
@@ -75,23 +75,28 @@ ChunkRecord chunk_record(const void* x, i64 start, int n) {
   return r;
 }
 
+// Partial p of 256 adds records p, p + 256, ... in order; then partial i += partial i + h for h = 128 ... 1.
+template <typename Term>
+double partials(i64 count, Term term) {
+  double part[kPartials] = {};
+  for (i64 j = 0; j < count; ++j) {
+    double& p = part[j % kPartials];
+    p = p + term(j);
+  }
+  for (int h = kPartials / 2; h >= 1; h /= 2)
+    for (int i = 0; i < h; ++i) part[i] = part[i] + part[i + h];
+  return part[0];
+}
+
 GroupStats combine(const std::vector<ChunkRecord>& records, i64 length, double eps) {
   const i64 count = static_cast<i64>(records.size());
-  double sums[kLanes] = {};
   int max_e = -1000;
-  for (i64 j = 0; j < count; ++j) {
-    double& lane = sums[j % kLanes];
-    lane = lane + record_sum(records[static_cast<std::size_t>(j)], chunk_length(length, j));
-    max_e = std::max(max_e, records[static_cast<std::size_t>(j)].e);
-  }
-  const double sum = butterfly(sums);
+  for (const auto& r : records) max_e = std::max(max_e, r.e);
+  const auto at = [&](i64 j) -> const ChunkRecord& { return records[static_cast<std::size_t>(j)]; };
+  const double sum = partials(count, [&](i64 j) { return record_sum(at(j), chunk_length(length, j)); });
   const double mean = div64(sum, static_cast<double>(length));
-  double squares[kLanes] = {};
-  for (i64 j = 0; j < count; ++j) {
-    double& lane = squares[j % kLanes];
-    lane = lane + record_squares(records[static_cast<std::size_t>(j)], chunk_length(length, j), mean);
-  }
-  return group_stats(sum, butterfly(squares), length, max_e, eps);
+  const double squares = partials(count, [&](i64 j) { return record_squares(at(j), chunk_length(length, j), mean); });
+  return group_stats(sum, squares, length, max_e, eps);
 }
 
 template <int XT, int YT>

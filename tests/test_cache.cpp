@@ -472,7 +472,8 @@ TEST_CASE("eight processes at once on one file: every write lands, one lease per
           if (!s.put_tuning(entry(key(1000 * (p + 1) + k)))) failures++;
           if (!s.find_tuning(key(1000 * (p + 1) + k))) failures++;
           if (!s.put_tuning(entry(key(7), 1 + k % 16))) failures++;  // all fight over one key too
-          if (!s.put_kernel({90, "v", "p" + std::to_string(p) + "-" + std::to_string(k)}, {true, std::vector<char>(3000, 'x'), {"a", "b", "c", "d"}, "", ""})) failures++;
+          const std::string variant = std::to_string(p * 1000 + k);
+          if (!s.put_kernel({90, "v", variant}, {true, std::vector<char>(3000, 'x'), {"a", "b", "c", "d"}, "", ""})) failures++;
         }
       }
       _exit(failures == 0 ? 0 : 1);

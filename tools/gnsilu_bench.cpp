@@ -10,6 +10,7 @@
 //   gnsilu-bench overhead                 host time of a call whose configuration is resolved (tiny tensor)
 //   gnsilu-bench worker   [--shapes ...]  calls each shape once and prints what this process did (JSON), for
 //                                         the many-processes-on-one-cache test
+//   gnsilu-bench cubin    --json DIR      writes the CUBINs of the default variants for this GPU (for cuobjdump)
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +32,8 @@
 #include "errors.hpp"
 #include "gnsilu/gnsilu.hpp"
 #include "gnsilu_math.cuh"
+#include "kernels.hpp"
+#include "modules.hpp"
 #include "plan.hpp"
 #include "tuner.hpp"
 
@@ -216,7 +219,7 @@ int run_shapes(const Args& a) {
         gnsilu::LaunchOptions o;
         o.config = c;
         const double t = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream, {}, o); });
-        if (c == gnsilu::candidate_configs()[0]) def = t;
+        if (c == gnsilu::default_config(gd::choose_path(g, gnsilu::Path::Auto, dev.sms))) def = t;
         if (t < best) {
           best = t;
           best_config = c;
@@ -295,6 +298,21 @@ int run_start(const Args& a, bool worker) {
   return 0;
 }
 
+// Writes the CUBIN of each kernel variant of the default configurations for this GPU into `dir`.
+int run_cubin(const std::string& dir) {
+  const gd::DeviceInfo& dev = setup_device();
+  for (DType t : {DType::BF16, DType::FP16}) {
+    for (gnsilu::Path path : {gnsilu::Path::Split, gnsilu::Path::Fused}) {
+      const gd::Variant v{t, t, gnsilu::default_config(path)};
+      const auto& program = gd::compiled_for(dev.arch(), v);
+      const std::string file = dir + "/" + gd::code_name(v) + ".cubin";
+      std::ofstream(file, std::ios::binary).write(program.image.data(), static_cast<std::streamsize>(program.image.size()));
+      std::printf("%s\n", file.c_str());
+    }
+  }
+  return 0;
+}
+
 int run_overhead() {
   setup_device();
   const std::vector<int64_t> shape{1, 32, 8, 8};
@@ -334,6 +352,7 @@ int main(int argc, char** argv) {
     if (a.command == "start") return run_start(a, false);
     if (a.command == "worker") return run_start(a, true);
     if (a.command == "overhead") return run_overhead();
+    if (a.command == "cubin") return run_cubin(a.json_path.empty() ? "." : a.json_path);
     std::fprintf(stderr, "gnsilu-bench: unknown command %s (shapes, start, overhead, worker)\n", a.command.c_str());
     return 2;
   } catch (const std::exception& e) {

@@ -126,8 +126,11 @@ GNSILU_API void group_norm_silu(const Problem& problem, gnsilu_stream stream = n
 // Workspace bytes a call of this shape may need.
 GNSILU_API std::size_t workspace_size(std::span<const int64_t> shape, int64_t num_groups);
 
-// The launch configurations the library knows; the first is the default.
+// The launch configurations the tuner times.
 GNSILU_API std::span<const LaunchConfig> candidate_configs();
+
+// The configuration used for a path when nothing better is known (Auto: the split path's).
+GNSILU_API LaunchConfig default_config(Path path);
 
 // Throws Error(NoDriver / NoDevice / UnsupportedDevice) unless a usable driver and device are present.
 GNSILU_API void check_device();

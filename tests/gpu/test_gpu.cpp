@@ -454,7 +454,7 @@ TEST_CASE("tuning on first use: Flux VAE shapes are tuned once, remembered, and 
       std::vector<unsigned char> tuned_out(f.y.size()), default_out(f.y.size());
       f.y.download(tuned_out.data());
       gnsilu::LaunchOptions fixed;
-      fixed.config = gnsilu::candidate_configs()[0];
+      fixed.config = gnsilu::default_config(gnsilu::Path::Auto);
       f.y.fill(0xFF);
       gnsilu::group_norm_silu(f.problem, nullptr, {}, fixed);
       device_sync();

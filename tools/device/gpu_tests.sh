@@ -47,10 +47,13 @@ fi
 if [ "$what" = profile ]; then
   # Nsight Compute on the three kernels of one large call (no tuning, so that the first launches are the call's).
   GNSILU_TUNE=off ncu --clock-control none --kernel-name regex:"chunk_stats|finalize|apply" --launch-count 3 \
-    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats \
     "$build/tools/gnsilu-bench" shapes --shapes 1x128x1024x1024 --dtypes bf16 --repeats 2 > "$out/ncu.log" 2>&1
   summary+=("$(printf '%-34s exit %s' "ncu" "$?")")
-  grep -E "chunk_stats|finalize|apply|Duration|Throughput|Registers|Achieved Occupancy|Issue Slots|Warp Cycles Per Issued|Stall" "$out/ncu.log" | head -80
+  grep -E "chunk_stats|finalize|apply|Duration|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Executed Instructions  |Issue Slots Busy" "$out/ncu.log" | head -60
+  mkdir -p /tmp/gnsilu-cubin && "$build/tools/gnsilu-bench" cubin --json /tmp/gnsilu-cubin > /dev/null 2>&1
+  for f in /tmp/gnsilu-cubin/*.cubin; do cuobjdump -sass "$f"; done > "$out/sass.txt" 2>&1
+  awk '/Function :/ {name=$3} /\/\*[0-9a-f]+\*\// {count[name]++} END {for (n in count) printf "%6d SASS instructions  %s\n", count[n], n}' "$out/sass.txt" | sort -k4
 fi
 printf '\n'
 printf '%s\n' "${summary[@]}"
