@@ -17,7 +17,8 @@
 //   * element i of a chunk belongs to vector i/8 (8 contiguous elements), to lane (i/8) % 32 and to slot
 //     i/256 of that lane. A chunk sum adds the 8 elements of a vector pairwise (bits 0, 1, 2 of i), then the
 //     4 slots of a lane (bit 9, then bit 8), then the 32 lanes (bits 7 down to 3: a warp butterfly);
-//   * a chunk gives a record {c, R, Q, E}: c a pivot near the chunk mean (12 significant bits), and with
+//   * a chunk gives a record {c, R, Q, E}: c a pivot near the chunk mean (its first-pass sum over n, rounded
+//     to 12 significant bits; 0 if that sum is not finite), and with
 //     d = x*2^-E - c*2^-E, R = sum d and Q = sum d*d, each with that tree (in FP64 above the vectors);
 //     2^E bounds |x| + |c| so nothing overflows;
 //   * a group's mean and sum of squared deviations come from its records in FP64: partial p (of 256) adds
@@ -264,22 +265,18 @@ GNSILU_HD float exp32(float a) {
   return scale_pow2(e.p, e.k);
 }
 
-// silu(v) = v / (1 + exp(-v)), one IEEE division (PyTorch's FP32 formula). Below -80, where exp(-v) nears the
-// top of the range (and overflows past -88.7, where PyTorch returns -0), v * exp(v) is the same to 1e-34
-// relative and is computed as (v * p) * 2^k so that a result near the subnormal range is rounded once.
-//
-// In the division branch -v is clamped to at least -87: below that exp(-v) < 2^-125 and 1 + exp(-v) rounds to 1
-// exactly as before (and a NaN v gives v / 1 = NaN), so 2^k is one normal float and exp(-v) = p * 2^k is one
-// multiplication rounded once: the same value as exp32(-v), in fewer instructions.
+// silu(v) with E = exp(-|v|) in (0, 1]: v / (1 + E) for v >= 0, v E / (1 + E) for v < 0. Nothing overflows
+// and there is no branch. Below -110 the result is below half the smallest subnormal (-0); v E is formed as
+// ((v p) 2^(k+64)) 2^-64 so that a result in the subnormal range is rounded once. In the denominator E is taken
+// as p 2^max(k, -126): below that 1 + E is 1 either way.
 GNSILU_HD float silu32(float v) {
-  if (v < -80.0f) {
-    if (v < -120.0f) return -0.0f;
-    const ExpParts e = exp32_parts(v);
-    return scale_pow2(v * e.p, e.k);
-  }
-  const float a = -v > -87.0f ? -v : -87.0f;
-  const ExpParts e = exp32_parts(a);  // -126 <= k <= 116
-  return div32(v, 1.0f + e.p * pow2f(e.k));
+  const float m = v < 0.0f ? v : -v;               // -|v| (NaN stays NaN)
+  const float a = m > -110.0f ? m : -110.0f;        // NaN becomes -110: the numerator keeps the NaN
+  const ExpParts e = exp32_parts(a);                // -159 <= k <= 0
+  const float den = 1.0f + e.p * pow2f(e.k > -126 ? e.k : -126);
+  const float tail = ((v * e.p) * pow2f(e.k + 64)) * 5.42101086e-20f;  // 2^-64
+  const float num = v >= 0.0f ? v : (v <= -110.0f ? -0.0f : tail);
+  return div32(num, den);
 }
 
 // ---- loads and stores by dtype code ----------------------------------------------------------------------
@@ -315,13 +312,11 @@ GNSILU_HD float tree8(const float (&v)[kVec]) {
 // The 4 slots of a lane: slot bit 1 (element bit 9) first, then slot bit 0 (element bit 8).
 GNSILU_HD float tree_slots(float s0, float s1, float s2, float s3) { return (s0 + s2) + (s1 + s3); }
 
-// Whether the first pass sums x scaled by 2^-11 and the second pass scales by 2^-E: BF16 and FP32 inputs can
-// reach 3.4e38 and would overflow FP32 sums; FP16 inputs (|x| <= 65504) never do, and skip both.
+// Whether the second pass scales by 2^-E: BF16 and FP32 inputs can reach 3.4e38 and their squares would
+// overflow FP32 sums; FP16 inputs (|x| <= 65504) never do, and skip it.
 template <int XT>
 struct Scaling {
   static constexpr bool kScaled = XT != kFP16;
-  static constexpr float kFirst = kScaled ? 4.8828125e-04f : 1.0f;  // 2^-11
-  static constexpr float kFirstInverseF = kScaled ? 2048.0f : 1.0f;
 };
 
 // A float rounded (nearest even) to 12 significant bits; values that would round past the largest float are
@@ -343,13 +338,13 @@ struct Pivot {
   int e;     // E
 };
 
+// The first pass sums x as it is: if that overflows (|x| near the top of the FP32 range) or meets a NaN, the
+// pivot is 0, which the second pass handles exactly (a NaN then poisons R and so the group).
 template <int XT>
 GNSILU_HD Pivot chunk_pivot(float first_sum, float largest_abs, int n) {
   const u32 max_abs_bits = bits_of(largest_abs);
-  float mean = div32(first_sum, static_cast<float>(n)) * Scaling<XT>::kFirstInverseF;  // exact power-of-two scaling
-  const float largest = 3.40282347e38f;  // FLT_MAX (an overflow to Inf is clamped; NaN stays NaN)
-  if (mean > largest) mean = largest;
-  if (mean < -largest) mean = -largest;
+  float mean = div32(first_sum, static_cast<float>(n));
+  if (!(mean - mean == 0.0f)) mean = 0.0f;
   Pivot p;
   p.c = round_to_12_bits(mean);
   if constexpr (Scaling<XT>::kScaled) {

@@ -200,7 +200,7 @@ __device__ __forceinline__ ChunkRecord reduce_chunk(const float (&v)[kSlots][kVe
     float a[kVec];
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {
-      a[e] = v[s][e] * Scaling<XT>::kFirst;
+      a[e] = v[s][e];
       if constexpr (Scaling<XT>::kScaled) top = max_abs(top, v[s][e]);
     }
     part[s] = tree8(a);
@@ -218,7 +218,8 @@ __device__ __forceinline__ ChunkRecord reduce_chunk(const float (&v)[kSlots][kVe
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {
       const int i = (lane + kLanes * s) * kVec + e;
-      d[e] = i < n ? centred(v[s][e], pivot) : 0.0f;
+      // Full chunks (all but a group's last) need no mask: a warp-uniform test.
+      d[e] = n == kChunk || i < n ? centred(v[s][e], pivot) : 0.0f;
       dd[e] = d[e] * d[e];
     }
     pr[s] = static_cast<double>(tree8(d));
@@ -294,10 +295,17 @@ __device__ __forceinline__ RowConstants channel_constants(const Params& p, const
                        load_parameter(p.bias, p.bias_dtype, channel, 0.0));
 }
 
+// Vectors a thread loads before transforming them: EPL / 8, at most 2 for FP32 x (whose vectors take twice
+// the registers; four would spill).
+template <int XT, int EPL>
+__device__ constexpr int vectors_per_step() {
+  return XT == kFP32 && EPL / kVec > 2 ? 2 : EPL / kVec;
+}
+
 // y over elements [begin, end) of one row (one set of constants), EPL elements per thread per step.
 template <int XT, int YT, int THREADS, int EPL>
 __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, const RowConstants& rc, int tid) {
-  constexpr int kVecs = EPL / kVec;
+  constexpr int kVecs = vectors_per_step<XT, EPL>();
   if (p.vectorized) {
     for (i64 i = begin + static_cast<i64>(tid) * kVec; i < end; i += static_cast<i64>(THREADS) * kVec * kVecs) {
       float v[kVecs][kVec];
@@ -411,7 +419,7 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Par
 template <int XT, int YT, int WARPS, int EPL>
 __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) fused(const Params p) {
   constexpr int kThreads = WARPS * 32;
-  constexpr int kVecs = EPL / kVec;
+  constexpr int kVecs = vectors_per_step<XT, EPL>();
   __shared__ ChunkRecord records[kFusedMaxChunks];
   __shared__ RowConstants rows[kFusedMaxChannels];
   __shared__ GroupStats stats;

@@ -37,7 +37,7 @@ ChunkRecord chunk_record(const void* x, i64 start, int n) {
       float a[kVec];
       for (int e = 0; e < kVec; ++e) {
         const float value = v[(lane + kLanes * s) * kVec + e];
-        a[e] = value * Scaling<XT>::kFirst;
+        a[e] = value;
         if constexpr (Scaling<XT>::kScaled) top = max_abs(top, value);
       }
       part[s] = tree8(a);

@@ -226,12 +226,23 @@ int run_shapes(const Args& a) {
         }
         candidates.push_back({{"config", config_text(c)}, {"us", t}});
       }
+      // The other path too, where both can run (the tuner keeps the library's choice of path).
+      double other_path = 0;
+      if (gd::fused_eligible(g)) {
+        gnsilu::LaunchOptions o;
+        const bool fused = gd::choose_path(g, gnsilu::Path::Auto, dev.sms) == gnsilu::Path::Fused;
+        o.path = fused ? gnsilu::Path::Split : gnsilu::Path::Fused;
+        o.config = gnsilu::default_config(o.path);
+        other_path = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream, {}, o); });
+      }
       const double gbps = 2.0 * static_cast<double>(bytes) / (app * 1e-6) / 1e9;
       const std::string path = gd::choose_path(g, gnsilu::Path::Auto, dev.sms) == gnsilu::Path::Fused ? "fused" : "split";
+      char other[32] = "-";
+      if (other_path > 0) std::snprintf(other, sizeof other, "%.1f", other_path);
       char line[512];
-      std::snprintf(line, sizeof line, "%-18s %-5s %7.1f %8.1f %9.1f %6.2fx %9.1f %9.1f %-14s %7.0f %s%s",
+      std::snprintf(line, sizeof line, "%-18s %-5s %7.1f %8.1f %9.1f %6.2fx %9.1f %9.1f %-14s %7.0f %s %9s%s",
                     shape_text(shape).c_str(), gnsilu::dtype_name(dtype), bytes / 1048576.0, copy, app, app / copy, def,
-                    best, config_text(best_config).c_str(), gbps, path.c_str(), tuned_now ? " (tuned now)" : "");
+                    best, config_text(best_config).c_str(), gbps, path.c_str(), other, tuned_now ? " (tuned now)" : "");
       lines.push_back(line);
       std::printf("%s\n", line);
       std::fflush(stdout);
@@ -239,11 +250,11 @@ int run_shapes(const Args& a) {
                       {"mib", bytes / 1048576.0}, {"copy_us", copy}, {"gnsilu_us", app}, {"ratio_to_copy", app / copy},
                       {"default_us", def}, {"best_by_hand_us", best}, {"best_by_hand", config_text(best_config)},
                       {"gnsilu_gbps_x_plus_y", gbps}, {"path", path}, {"tuned_in_this_run", tuned_now},
-                      {"first_call_s", first_call_s}, {"candidates", candidates}});
+                      {"first_call_s", first_call_s}, {"other_path_us", other_path}, {"candidates", candidates}});
     }
   }
-  std::printf("\n%-18s %-5s %7s %8s %9s %7s %9s %9s %-14s %7s %s\n", "shape", "dtype", "MiB", "copy us", "gnsilu us",
-              "/copy", "default", "best hand", "best config", "GB/s", "path");
+  std::printf("\n%-18s %-5s %7s %8s %9s %7s %9s %9s %-14s %7s %s %9s\n", "shape", "dtype", "MiB", "copy us", "gnsilu us",
+              "/copy", "default", "best hand", "best config", "GB/s", "path", "other path");
   for (const auto& l : lines) std::printf("%s\n", l.c_str());
   if (!a.json_path.empty()) std::ofstream(a.json_path) << rows.dump(1) << "\n";
   return 0;
