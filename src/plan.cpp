@@ -14,8 +14,9 @@ namespace {
 constexpr int64_t kFusedMaxChunks = 64;      // kernels/group_norm_silu.cu: kFusedMaxChunks
 constexpr int64_t kFusedMaxChannels = 256;   // kernels/group_norm_silu.cu: kFusedMaxChannels
 constexpr std::size_t kAlign = 256;
-// Below this many bytes of x the single launch wins whenever it is eligible (launch latency dominates).
-constexpr int64_t kFusedSmallElements = int64_t{4} << 20;
+// Up to this many elements the single launch wins whenever it is eligible (launch latency dominates): on the
+// H200, 1x512x32x32 bf16 ran 13.7 us fused and 14.3 us split, 1x512x64x64 31.5 us fused and 18.3 us split.
+constexpr int64_t kFusedSmallElements = int64_t{1} << 20;
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

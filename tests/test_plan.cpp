@@ -118,12 +118,14 @@ TEST_CASE("problem validation: null pointers, dtypes, eps") {
 
 TEST_CASE("the path: fused for small tensors and for many groups, split otherwise; forced paths") {
   const gnsilu::LaunchConfig config;
-  const std::vector<int64_t> small{1, 512, 64, 64};        // 2 Mi elements, 64-chunk groups
+  const std::vector<int64_t> small{1, 512, 32, 32};        // 512 Ki elements, 16-chunk groups
   const std::vector<int64_t> large{1, 128, 1024, 1024};    // 2^20-element groups
   const std::vector<int64_t> many{16, 512, 64, 64};        // 512 groups of 64 chunks
+  const std::vector<int64_t> few{1, 512, 64, 64};          // 2 Mi elements in 32 groups: split fills the GPU better
   CHECK(make_plan(make_geometry(small, 32), config, Path::Auto, 132).path == Path::Fused);
   CHECK(make_plan(make_geometry(large, 32), config, Path::Auto, 132).path == Path::Split);
   CHECK(make_plan(make_geometry(many, 32), config, Path::Auto, 132).path == Path::Fused);
+  CHECK(make_plan(make_geometry(few, 32), config, Path::Auto, 132).path == Path::Split);
   CHECK(make_plan(make_geometry(small, 32), config, Path::Split, 132).path == Path::Split);
   CHECK_THROWS_WITH_AS(make_plan(make_geometry(large, 32), config, Path::Fused, 132), doctest::Contains("'options.path'"),
                        gnsilu::Error);
