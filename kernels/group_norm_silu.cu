@@ -31,6 +31,9 @@ constexpr int kFusedMaxChunks = 64;
 // Without it, ptxas for some architectures (sm_120) picks a 64-register cap and spills.
 template <int WARPS>
 constexpr int kMinBlocks = WARPS >= 16 ? 1 : 16 / WARPS;
+// The fused kernel holds a chunk and the SiLU at once: at least 256 threads (up to 255 registers a thread).
+template <int WARPS>
+constexpr int kMinBlocksFused = WARPS >= 8 ? 1 : 8 / WARPS;
 constexpr int kFusedMaxChannels = 256;
 
 struct alignas(16) Raw16 {
@@ -295,11 +298,11 @@ __device__ __forceinline__ RowConstants channel_constants(const Params& p, const
                        load_parameter(p.bias, p.bias_dtype, channel, 0.0));
 }
 
-// Vectors a thread loads before transforming them: EPL / 8, at most 2 for FP32 x (whose vectors take twice
-// the registers; four would spill).
-template <int XT, int EPL>
+// Vectors a thread loads before transforming them: EPL / 8, at most 2 where four would spill (FP32 x, whose
+// vectors take twice the registers; and in the fused kernel, which also holds a chunk, any x but BF16).
+template <int XT, int EPL, bool FUSED = false>
 __device__ constexpr int vectors_per_step() {
-  return XT == kFP32 && EPL / kVec > 2 ? 2 : EPL / kVec;
+  return (XT == kFP32 || (FUSED && XT != kBF16)) && EPL / kVec > 2 ? 2 : EPL / kVec;
 }
 
 // y over elements [begin, end) of one row (one set of constants), EPL elements per thread per step.
@@ -417,9 +420,9 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Par
 
 // ---- fused path ------------------------------------------------------------------------------------------
 template <int XT, int YT, int WARPS, int EPL>
-__global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) fused(const Params p) {
+__global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(const Params p) {
   constexpr int kThreads = WARPS * 32;
-  constexpr int kVecs = vectors_per_step<XT, EPL>();
+  constexpr int kVecs = vectors_per_step<XT, EPL, true>();
   __shared__ ChunkRecord records[kFusedMaxChunks];
   __shared__ RowConstants rows[kFusedMaxChannels];
   __shared__ GroupStats stats;
