@@ -27,7 +27,7 @@ struct TuningKey {
   int64_t channels_per_group = 0;
   DType x_dtype = DType::BF16;
   DType y_dtype = DType::BF16;
-  std::string size_class;        // size_class_of(): activations of different classes tune separately
+  std::string size_class;        // size_class_of(): activations of different classes (and paths) tune separately
   friend bool operator==(const TuningKey&, const TuningKey&) = default;
   // One line naming every field, usable as a map key and in messages.
   std::string text() const;
@@ -68,8 +68,10 @@ struct KernelImage {
   std::string nvrtc_version;
 };
 
-// The size class of an activation of `bytes` bytes (x and y together) on a GPU with `l2_bytes` of L2.
-std::string size_class_of(std::size_t bytes, std::size_t l2_bytes);
+// The size class of an activation of `bytes` bytes (x and y together) on a GPU with `l2_bytes` of L2, run on the
+// fused (one launch) or the split path: "l2-fused", "l2-split", "dram-split", ... Winners differ between them
+// (docs/PERFORMANCE.md), so they tune separately.
+std::string size_class_of(std::size_t bytes, std::size_t l2_bytes, bool fused);
 
 // "bf16" <-> DType
 DType dtype_from_name(const std::string& name);

@@ -298,11 +298,17 @@ __device__ __forceinline__ RowConstants channel_constants(const Params& p, const
                        load_parameter(p.bias, p.bias_dtype, channel, 0.0));
 }
 
-// Vectors a thread loads before transforming them: EPL / 8, at most 2 where four would spill (FP32 x, whose
-// vectors take twice the registers; and in the fused kernel, which also holds a chunk, any x but BF16).
+// Vectors a thread loads before transforming them: EPL / 8, at most 2 where four would spill: FP32 x (whose
+// vectors take twice the registers), and in the fused kernel, which also holds a chunk, any x but BF16, and
+// BF16 too before sm_90 (where ptxas needs more registers for it). Only the schedule changes, never a bit.
 template <int XT, int EPL, bool FUSED = false>
 __device__ constexpr int vectors_per_step() {
-  return (XT == kFP32 || (FUSED && XT != kBF16)) && EPL / kVec > 2 ? 2 : EPL / kVec;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool tight = XT == kFP32 || (FUSED && XT != kBF16);
+#else
+  constexpr bool tight = XT == kFP32 || FUSED;
+#endif
+  return tight && EPL / kVec > 2 ? 2 : EPL / kVec;
 }
 
 // y over elements [begin, end) of one row (one set of constants), EPL elements per thread per step.

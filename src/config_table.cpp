@@ -173,7 +173,8 @@ LaunchConfig resolve(const CallInfo& call, TunePolicy policy, bool small, bool& 
     remember = false;
     return fallback;
   }
-  const cache::TuningKey key = tuning_key(call.device, call.geometry, call.problem.x_dtype, call.problem.y_dtype);
+  const cache::TuningKey key =
+      tuning_key(call.device, call.geometry, call.problem.x_dtype, call.problem.y_dtype, call.path);
   auto store = cache::process_cache();
   if (auto e = store->find_tuning(key); e && valid(e->winner)) {
     counters().found_in_cache++;
@@ -250,7 +251,7 @@ cache::DeviceIdentity identity_of(const DeviceInfo& device) {
   return id;
 }
 
-cache::TuningKey tuning_key(const DeviceInfo& device, const Geometry& g, DType x, DType y) {
+cache::TuningKey tuning_key(const DeviceInfo& device, const Geometry& g, DType x, DType y, Path path) {
   cache::TuningKey k;
   k.device = identity_of(device);
   k.code_version = code_version();
@@ -258,7 +259,7 @@ cache::TuningKey tuning_key(const DeviceInfo& device, const Geometry& g, DType x
   k.x_dtype = x;
   k.y_dtype = y;
   k.size_class = cache::size_class_of(static_cast<std::size_t>(g.numel) * (dtype_size(x) + dtype_size(y)),
-                                      static_cast<std::size_t>(device.l2_bytes));
+                                      static_cast<std::size_t>(device.l2_bytes), path == Path::Fused);
   return k;
 }
 

@@ -35,8 +35,8 @@ LaunchConfig config_for(const CallInfo& call, TunePolicy policy);
 TunePolicy process_tune_policy();
 void set_process_tune_policy(TunePolicy policy);
 
-// The tuning key of a call (device identity, code version, channels per group, dtypes, size class).
-cache::TuningKey tuning_key(const DeviceInfo& device, const Geometry& geometry, DType x, DType y);
+// The tuning key of a call (device identity, code version, channels per group, dtypes, size class and path).
+cache::TuningKey tuning_key(const DeviceInfo& device, const Geometry& geometry, DType x, DType y, Path path);
 cache::DeviceIdentity identity_of(const DeviceInfo& device);
 
 // What happened so far in this process (for tests, tools and logs).

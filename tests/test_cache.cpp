@@ -48,7 +48,7 @@ TuningKey key(int64_t cpg = 4, const std::string& device = "NVIDIA H200") {
   k.channels_per_group = cpg;
   k.x_dtype = gnsilu::DType::BF16;
   k.y_dtype = gnsilu::DType::BF16;
-  k.size_class = "dram";
+  k.size_class = "dram-split";
   return k;
 }
 
@@ -142,7 +142,7 @@ TEST_CASE("every key field separates entries") {
   keys[5].code_version = "other";
   keys[6].channels_per_group = 16;
   keys[7].y_dtype = gnsilu::DType::FP16;
-  keys[8].size_class = "l2";
+  keys[8].size_class = "l2-split";
   for (std::size_t i = 0; i < keys.size(); ++i) REQUIRE(s.put_tuning(entry(keys[i], static_cast<int>(i + 1))));
   for (std::size_t i = 0; i < keys.size(); ++i) CHECK(s.find_tuning(keys[i])->winner.warps == static_cast<int>(i + 1));
   CHECK(s.all_tuning().size() == keys.size());
@@ -163,7 +163,7 @@ TEST_CASE("an older schema is migrated with its rows kept; a newer one is left a
     db.exec("INSERT INTO tuning (device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version, "
             "channels_per_group, x_dtype, y_dtype, size_class, elems_per_load, warps, stages, programs_per_sm, "
             "default_us, best_us, noise_us, tuned_shape, library_version, created_at) VALUES ('NVIDIA H200', 90, 132, "
-            "143771, 61440, 'abc123-0011223344556677', 4, 'bf16', 'bf16', 'dram', 32, 8, 2, 2, 10, 9, 0.1, 's', '0.0.9', 1)");
+            "143771, 61440, 'abc123-0011223344556677', 4, 'bf16', 'bf16', 'dram-split', 32, 8, 2, 2, 10, 9, 0.1, 's', '0.0.9', 1)");
   }
   {
     Store s(old_path, Store::Mode::ReadWrite);
@@ -413,6 +413,14 @@ TEST_CASE("layering: the user file wins, shared files are read in order, writes 
   CHECK(memory_only.user() == nullptr);
   CHECK_FALSE(memory_only.put_tuning(entry(key(1))));
   CHECK_FALSE(memory_only.find_tuning(key(1)).has_value());
+}
+
+TEST_CASE("size classes: fits L2 or not, and the path") {
+  const std::size_t l2 = std::size_t{60} << 20;
+  CHECK(size_class_of(l2, l2, true) == "l2-fused");
+  CHECK(size_class_of(l2, l2, false) == "l2-split");
+  CHECK(size_class_of(l2 + 1, l2, false) == "dram-split");
+  CHECK(size_class_of(l2 + 1, l2, true) == "dram-fused");
 }
 
 TEST_CASE("settings from the environment") {

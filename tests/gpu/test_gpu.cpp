@@ -460,11 +460,14 @@ TEST_CASE("tuning on first use: Flux VAE shapes are tuned once, remembered, and 
       device_sync();
       f.y.download(default_out.data());
       CHECK(tuned_out == default_out);
-      const auto key = gnsilu::detail::tuning_key(gnsilu::detail::device_info(0), gnsilu::detail::make_geometry(d, 32),
-                                                  dtype, dtype);
+      const auto geometry = gnsilu::detail::make_geometry(d, 32);
+      const auto& device = gnsilu::detail::device_info(0);
+      const auto key = gnsilu::detail::tuning_key(device, geometry, dtype, dtype,
+                                                  gnsilu::detail::choose_path(geometry, gnsilu::Path::Auto, device.sms));
       auto entry = gnsilu::cache::process_cache()->find_tuning(key);
       REQUIRE(entry.has_value());
-      MESSAGE(gnsilu::dtype_name(dtype) << " " << shape_text({d, 32}) << (tuned_now ? " tuned" : " (key already tuned)")
+      MESSAGE(std::string(gnsilu::dtype_name(dtype)) << " " << shape_text({d, 32})
+                                        << std::string(tuned_now ? " tuned" : " (key already tuned)")
                                         << " on " << entry->tuned_shape << ": e" << entry->winner.elems_per_load << " w"
                                         << entry->winner.warps << " s" << entry->winner.stages << " p"
                                         << entry->winner.programs_per_sm << ", " << entry->best_us << " us vs default "
