@@ -176,6 +176,20 @@ const char* kEntryColumns =
     "x_dtype, y_dtype, size_class, elems_per_load, warps, stages, programs_per_sm, default_us, best_us, noise_us, "
     "tuned_shape, library_version, created_at";
 
+// Removes the entry of `key` and its timings, if there is one (inside the caller's transaction).
+void delete_entry(SQLite::Database& db, const TuningKey& key) {
+  SQLite::Statement old(db, std::string("SELECT id FROM tuning WHERE ") + kKeyWhere);
+  bind_key(old, key);
+  if (!old.executeStep()) return;
+  const int64_t id = old.getColumn(0).getInt64();
+  SQLite::Statement timings(db, "DELETE FROM timings WHERE tuning_id = ?");
+  timings.bind(1, id);
+  timings.exec();
+  SQLite::Statement tuning(db, "DELETE FROM tuning WHERE id = ?");
+  tuning.bind(1, id);
+  tuning.exec();
+}
+
 void read_timings(SQLite::Database& db, int64_t id, TuningEntry& e) {
   SQLite::Statement t(db,
                       "SELECT elems_per_load, warps, stages, programs_per_sm, median_us, noise_us, samples, status "
@@ -292,7 +306,7 @@ void Store::open(int busy_timeout_ms) {
     if (objects > 0 && mode_ == Mode::ReadWrite) {
       const std::string check = db_->execAndGet("PRAGMA quick_check").getString();
       if (check != "ok") {
-        fail(Health::Unusable, "is damaged (" + check + ")",
+        fail(Health::Unusable, "is damaged (" + check.substr(0, check.find('\n')) + ")",
              "Delete it (gnsilu starts a new one) or set GNSILU_CACHE to another file.");
         return;
       }
@@ -428,17 +442,7 @@ std::vector<TuningEntry> Store::all_tuning() {
 
 bool Store::put_tuning(const TuningEntry& entry) {
   return run_write("a tuned configuration", [&] {
-    SQLite::Statement old(*db_, std::string("SELECT id FROM tuning WHERE ") + kKeyWhere);
-    bind_key(old, entry.key);
-    if (old.executeStep()) {
-      const int64_t id = old.getColumn(0).getInt64();
-      SQLite::Statement d1(*db_, "DELETE FROM timings WHERE tuning_id = ?");
-      d1.bind(1, id);
-      d1.exec();
-      SQLite::Statement d2(*db_, "DELETE FROM tuning WHERE id = ?");
-      d2.bind(1, id);
-      d2.exec();
-    }
+    delete_entry(*db_, entry.key);
     SQLite::Statement ins(*db_,
                           "INSERT INTO tuning (device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, "
                           "code_version, channels_per_group, x_dtype, y_dtype, size_class, elems_per_load, warps, "
@@ -477,18 +481,7 @@ bool Store::put_tuning(const TuningEntry& entry) {
 }
 
 bool Store::remove_tuning(const TuningKey& key) {
-  return run_write("a removal", [&] {
-    SQLite::Statement old(*db_, std::string("SELECT id FROM tuning WHERE ") + kKeyWhere);
-    bind_key(old, key);
-    if (!old.executeStep()) return;
-    const int64_t id = old.getColumn(0).getInt64();
-    SQLite::Statement d1(*db_, "DELETE FROM timings WHERE tuning_id = ?");
-    d1.bind(1, id);
-    d1.exec();
-    SQLite::Statement d2(*db_, "DELETE FROM tuning WHERE id = ?");
-    d2.bind(1, id);
-    d2.exec();
-  });
+  return run_write("a removal", [&] { delete_entry(*db_, key); });
 }
 
 std::optional<KernelImage> Store::find_kernel(const KernelKey& key) {

@@ -169,6 +169,19 @@ void fill_random(const Buffer& x, DType dtype, std::size_t n, uint64_t seed) {
   GNSILU_CU(drv().cuMemcpyHtoD_v2(x.ptr, host.data(), host.size()));
 }
 
+// A problem over x and y of `dtype` (same shape), without affine parameters.
+gnsilu::Problem problem_over(const Buffer& x, const Buffer& y, DType dtype, const std::vector<int64_t>& shape,
+                             int64_t groups) {
+  gnsilu::Problem p;
+  p.x = x.get();
+  p.x_dtype = dtype;
+  p.y = y.get();
+  p.y_dtype = dtype;
+  p.shape = shape;
+  p.num_groups = groups;
+  return p;
+}
+
 std::string config_text(const LaunchConfig& c) {
   return "e" + std::to_string(c.elems_per_load) + " w" + std::to_string(c.warps) + " s" + std::to_string(c.stages) +
          " p" + std::to_string(c.programs_per_sm);
@@ -192,13 +205,7 @@ int run_shapes(const Args& a) {
       GNSILU_CU(drv().cuMemcpyHtoD_v2(w.ptr, params.data(), 4 * params.size()));
       std::fill(params.begin(), params.end(), 0.1f);
       GNSILU_CU(drv().cuMemcpyHtoD_v2(b.ptr, params.data(), 4 * params.size()));
-      gnsilu::Problem p;
-      p.x = x.get();
-      p.x_dtype = dtype;
-      p.y = y.get();
-      p.y_dtype = dtype;
-      p.shape = shape;
-      p.num_groups = a.groups;
+      gnsilu::Problem p = problem_over(x, y, dtype, shape, a.groups);
       p.weight = w.get();
       p.bias = b.get();
 
@@ -279,13 +286,7 @@ int run_start(const Args& a, bool worker) {
       const std::size_t bytes = static_cast<std::size_t>(g.numel) * gnsilu::dtype_size(dtype);
       Buffer x(bytes), y(bytes);
       fill_random(x, dtype, static_cast<std::size_t>(g.numel), 3);
-      gnsilu::Problem p;
-      p.x = x.get();
-      p.x_dtype = dtype;
-      p.y = y.get();
-      p.y_dtype = dtype;
-      p.shape = shape;
-      p.num_groups = a.groups;
+      const gnsilu::Problem p = problem_over(x, y, dtype, shape, a.groups);
       auto t = Clock::now();
       gnsilu::group_norm_silu(p);
       GNSILU_CU(drv().cuCtxSynchronize());
