@@ -5,10 +5,10 @@
 //   split (three launches, any size):
 //     chunk_stats  one warp per 1024-element chunk: loads the chunk into registers (4 x 16-byte vectors per
 //                  lane), sums it, takes its pivot, then sums the centred values and their squares from the
-//                  same registers: x is read once for the statistics. Writes a 16-byte record per chunk.
+//                  same registers: x is read once for the statistics. Writes a 32-byte record per chunk.
 //     finalize     one block per group: combines the group's records in FP64, writes per-(n, c) constants.
-//     apply        tiles of (row, span): y = silu(fma(fma(x, u, -cu), k, shift)), 16-byte loads and stores.
-//     Bytes moved: x twice and y once (6 per element in 16-bit), plus 16 bytes per 1024 elements of records.
+//     apply        tiles of (row, span): y = silu(fma(fma(x, u, -z), k, c)), 16-byte loads and stores.
+//     Bytes moved: x twice and y once (6 per element in 16-bit), plus 32 bytes per 1024 elements of records.
 //
 //   fused (one launch, groups of at most 64 chunks and 256 channels):
 //     one block per group: its warps compute the chunk records into shared memory, warp 0 combines them,
@@ -16,8 +16,8 @@
 //
 // Launch constants are template parameters: WARPS (warps per block), EPL (elements per thread per step of the
 // apply loops: 8, 16 or 32), STAGES (chunks a warp holds in flight in chunk_stats: 2 loads the next chunk
-// while reducing the current one). None of them
-// changes the reduction tree, so none changes a bit of the output.
+// while reducing the current one). None of them changes the reduction tree, so none changes a bit of the
+// output.
 #include "gnsilu_math.cuh"
 #include "gnsilu_params.cuh"
 
