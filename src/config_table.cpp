@@ -265,7 +265,9 @@ cache::TuningKey tuning_key(const DeviceInfo& device, const Geometry& g, DType x
 
 LaunchConfig config_for(const CallInfo& call, TunePolicy policy) {
   const std::size_t bytes = call_bytes(call);
-  const bool small = bytes < env_bytes("GNSILU_TUNE_MIN_BYTES", std::size_t{8} << 20);
+  // Read once: this is the hot path of every call.
+  static const std::size_t min_tune_bytes = env_bytes("GNSILU_TUNE_MIN_BYTES", std::size_t{8} << 20);
+  const bool small = bytes < min_tune_bytes;
   const FastKey key{call.device.device,
                     call.geometry.channels_per_group,
                     static_cast<int8_t>(call.problem.x_dtype),
@@ -277,10 +279,7 @@ LaunchConfig config_for(const CallInfo& call, TunePolicy policy) {
   {
     std::shared_lock lock(t.mutex);
     auto it = t.configs.find(key);
-    if (it != t.configs.end()) {
-      counters().lookups_in_memory++;
-      return it->second;
-    }
+    if (it != t.configs.end()) return it->second;
   }
   std::promise<LaunchConfig> promise;
   std::shared_future<LaunchConfig> future;

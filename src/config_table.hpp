@@ -4,8 +4,8 @@
 // one process tunes a key while others wait briefly or use the default without storing anything.
 //
 //   GNSILU_TUNE            on (default) | cached | off
-//   GNSILU_TUNE_MIN_BYTES  smallest activation (x and y bytes) timed by the tuner (default 8 MiB); smaller
-//                          ones use a cached entry or the default
+//   GNSILU_TUNE_MIN_BYTES  smallest activation (x and y bytes) timed by the tuner (default 8 MiB, read once
+//                          per process); smaller ones use a cached entry or the default
 //   GNSILU_TUNE_WAIT_MS    how long to wait for another process tuning the same key (default 3000)
 #pragma once
 
@@ -41,7 +41,6 @@ cache::DeviceIdentity identity_of(const DeviceInfo& device);
 
 // What happened so far in this process (for tests, tools and logs).
 struct Counters {
-  std::atomic<uint64_t> lookups_in_memory{0};
   std::atomic<uint64_t> found_in_cache{0};
   std::atomic<uint64_t> tuned{0};
   std::atomic<uint64_t> defaulted{0};
