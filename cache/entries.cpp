@@ -1,5 +1,6 @@
 #include "entries.hpp"
 
+#include <cstdio>
 #include <string>
 
 namespace gnsilu::cache {
@@ -13,6 +14,19 @@ std::string TuningKey::text() const {
 std::string size_class_of(std::size_t bytes, std::size_t l2_bytes, bool fused) {
   // Activations whose x and y fit in L2 run from cache on repeated calls; larger ones stream from DRAM.
   return std::string(bytes <= l2_bytes ? "l2" : "dram") + (fused ? "-fused" : "-split");
+}
+
+std::string kernel_checksum(const std::vector<char>& image, const std::string& joined_names) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](char c) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  };
+  for (char c : image) mix(c);
+  for (char c : joined_names) mix(c);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
 }
 
 DType dtype_from_name(const std::string& name) {

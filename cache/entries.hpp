@@ -73,6 +73,10 @@ struct KernelImage {
 // (docs/PERFORMANCE.md), so they tune separately.
 std::string size_class_of(std::size_t bytes, std::size_t l2_bytes, bool fused);
 
+// FNV-1a over a kernel image and its lowered names joined by newlines, as 16 hex digits: SQLite checks its
+// pages' structure, not the bytes of a blob, and a damaged kernel image must never be loaded.
+std::string kernel_checksum(const std::vector<char>& image, const std::string& joined_names);
+
 // "bf16" <-> DType
 DType dtype_from_name(const std::string& name);
 

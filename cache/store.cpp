@@ -111,22 +111,6 @@ std::vector<std::string> split_names(const std::string& text) {
 
 int primary(const SQLite::Exception& e) { return e.getErrorCode() & 0xFF; }
 
-// FNV-1a over the image and its names: SQLite checks its pages' structure, not the bytes of a blob, and a
-// damaged kernel image must never be loaded.
-std::string checksum_of(const std::vector<char>& image, const std::string& names) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : image) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  for (char c : names) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
-}
 
 // file:<path>?mode=ro (with &immutable=1 when asked) with the characters URIs reserve percent-encoded.
 std::string read_only_uri(const std::string& path, bool immutable) {
@@ -505,7 +489,7 @@ std::optional<KernelImage> Store::find_kernel(const KernelKey& key) {
     k.options = q.getColumn(3).getString();
     k.nvrtc_version = q.getColumn(4).getString();
     if (k.image.empty() || k.lowered_names.empty()) return std::nullopt;
-    if (q.getColumn(5).getString() != checksum_of(k.image, names)) {
+    if (q.getColumn(5).getString() != kernel_checksum(k.image, names)) {
       detail::logger().warn("cache file {}: the compiled kernel {} for sm_{} does not match its checksum; ignored "
                             "(it is compiled again and saved over)", path_, key.variant, key.arch);
       return std::nullopt;
@@ -536,7 +520,7 @@ bool Store::put_kernel(const KernelKey& key, const KernelImage& k) {
     const std::string names = join_names(k.lowered_names);
     ins.bind(7, names);
     ins.bind(8, static_cast<const void*>(k.image.data()), static_cast<int>(k.image.size()));
-    ins.bind(9, checksum_of(k.image, names));
+    ins.bind(9, kernel_checksum(k.image, names));
     ins.bind(10, std::string(version()));
     ins.bind(11, static_cast<int64_t>(std::time(nullptr)));
     ins.exec();
@@ -551,6 +535,31 @@ int64_t Store::kernel_count() {
   } catch (const SQLite::Exception&) {
     return 0;
   }
+}
+
+std::vector<KernelKey> Store::kernel_keys() {
+  std::lock_guard lock(mutex_);
+  std::vector<KernelKey> out;
+  if (!db_ || health_ == Health::Unusable) return out;
+  try {
+    SQLite::Statement q(*db_, "SELECT arch, code_version, variant FROM kernels ORDER BY arch, code_version, variant");
+    while (q.executeStep()) {
+      out.push_back(KernelKey{q.getColumn(0).getInt(), q.getColumn(1).getString(), q.getColumn(2).getString()});
+    }
+  } catch (const SQLite::Exception& e) {
+    fail(Health::Unusable, std::string("cannot be read (") + e.what() + ")", "Check the file.");
+  }
+  return out;
+}
+
+bool Store::remove_kernel(const KernelKey& key) {
+  return run_write("a removal", [&] {
+    SQLite::Statement q(*db_, "DELETE FROM kernels WHERE arch = ? AND code_version = ? AND variant = ?");
+    q.bind(1, key.arch);
+    q.bind(2, key.code_version);
+    q.bind(3, key.variant);
+    q.exec();
+  });
 }
 
 Store::Claim Store::claim(const std::string& key, const std::string& owner, double seconds) {

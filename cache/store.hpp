@@ -47,6 +47,8 @@ class Store {
   std::optional<KernelImage> find_kernel(const KernelKey& key);
   bool put_kernel(const KernelKey& key, const KernelImage& image);
   int64_t kernel_count();
+  std::vector<KernelKey> kernel_keys();
+  bool remove_kernel(const KernelKey& key);
 
   // A lease on tuning `key` for `seconds`, so that one process tunes while the others wait or use the default.
   Claim claim(const std::string& key, const std::string& owner, double seconds);

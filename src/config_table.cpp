@@ -109,17 +109,9 @@ std::string owner_id() {
 
 // Times the candidates on (a slice of) this call's x; returns the cache entry to store.
 cache::TuningEntry tune(const CallInfo& call, const cache::TuningKey& key) {
-  const Driver& d = driver();
-  std::size_t free_bytes = 0, total = 0;
-  GNSILU_CU(d.cuMemGetInfo_v2(&free_bytes, &total));
-  const std::size_t budget = std::min(kMaxScratchBytes, free_bytes / 4);
   std::vector<int64_t> shape;
   int64_t groups = 0;
-  if (!tuning_slice(call.geometry, dtype_size(call.problem.x_dtype), dtype_size(call.problem.y_dtype), budget, shape,
-                    groups)) {
-    throw Error(Status::OutOfMemory, "gnsilu: one group needs more scratch memory than tuning may use (" +
-                                         std::to_string(budget >> 20) + " MiB)");
-  }
+  tuning_slice_of(call.geometry, call.problem.x_dtype, call.problem.y_dtype, shape, groups);
   Problem slice = call.problem;
   slice.shape = shape;
   slice.num_groups = groups;
@@ -166,6 +158,57 @@ bool valid(const LaunchConfig& c) {
   }
 }
 
+// Tunes `key` unless another process holds its lease in the user file; then waits up to `wait_ms` for that
+// process's entry. Stores what it tunes.
+WarmResult tune_under_lease(const CallInfo& call, const cache::TuningKey& key, cache::LayeredCache& store,
+                            std::size_t wait_ms) {
+  WarmResult r;
+  r.key = key;
+  cache::Store* user = store.user();
+  const std::string owner = owner_id();
+  const std::string lease = key.text();
+  cache::Store::Claim claim = cache::Store::Claim::Unavailable;
+  if (user != nullptr && user->writable()) claim = user->claim(lease, owner, 120.0);
+  const auto started = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+  if (claim == cache::Store::Claim::HeldByOther) {
+    counters().waited_for_other_process++;
+    const auto deadline = started + std::chrono::milliseconds(wait_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (auto e = store.find_tuning(key); e && valid(e->winner)) {
+        counters().found_in_cache++;
+        r.outcome = WarmResult::Outcome::TunedElsewhere;
+        r.entry = std::move(e);
+        r.seconds = elapsed();
+        return r;
+      }
+    }
+    r.outcome = WarmResult::Outcome::HeldByOther;
+    r.message = "another process holds the tuning lease";
+    r.seconds = elapsed();
+    return r;
+  }
+  try {
+    cache::TuningEntry entry = tune(call, key);
+    r.seconds = elapsed();
+    store.put_tuning(entry);
+    if (claim == cache::Store::Claim::Acquired) user->release(lease, owner);
+    counters().tuned++;
+    logger().info("tuned {} on {} in {:.2f} s: e{} w{} s{} p{} at {:.1f} us (default {:.1f} us, noise {:.1f} us)",
+                  key.text(), entry.tuned_shape, r.seconds, entry.winner.elems_per_load, entry.winner.warps,
+                  entry.winner.stages, entry.winner.programs_per_sm, entry.best_us, entry.default_us, entry.noise_us);
+    r.outcome = WarmResult::Outcome::Tuned;
+    r.entry = std::move(entry);
+  } catch (const Error& e) {
+    if (claim == cache::Store::Claim::Acquired) user->release(lease, owner);
+    r.outcome = WarmResult::Outcome::Failed;
+    r.message = e.what();
+    r.seconds = elapsed();
+  }
+  return r;
+}
+
 // The slow path, once per key per process. `remember` says whether the answer may stay in memory.
 LaunchConfig resolve(const CallInfo& call, TunePolicy policy, bool small, bool& remember) {
   const LaunchConfig fallback = default_config(call.path);
@@ -192,43 +235,15 @@ LaunchConfig resolve(const CallInfo& call, TunePolicy policy, bool small, bool& 
     return fallback;
   }
 
-  cache::Store* user = store->user();
-  const std::string owner = owner_id();
-  const std::string lease = key.text();
-  cache::Store::Claim claim = cache::Store::Claim::Unavailable;
-  if (user != nullptr && user->writable()) claim = user->claim(lease, owner, 120.0);
-  if (claim == cache::Store::Claim::HeldByOther) {
-    counters().waited_for_other_process++;
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(env_bytes("GNSILU_TUNE_WAIT_MS", 3000));
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (auto e = store->find_tuning(key); e && valid(e->winner)) {
-        counters().found_in_cache++;
-        return e->winner;
-      }
-    }
+  const WarmResult r = tune_under_lease(call, key, *store, env_bytes("GNSILU_TUNE_WAIT_MS", 3000));
+  if (r.entry) return r.entry->winner;
+  if (r.outcome == WarmResult::Outcome::HeldByOther) {
     logger().info("another process is tuning {}; this process uses the default configuration", key.text());
-    counters().defaulted++;
-    return fallback;
+  } else {
+    logger().warn("tuning {} failed ({}); using the default configuration", key.text(), r.message);
   }
-  try {
-    const auto started = std::chrono::steady_clock::now();
-    cache::TuningEntry entry = tune(call, key);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    store->put_tuning(entry);
-    if (claim == cache::Store::Claim::Acquired) user->release(lease, owner);
-    counters().tuned++;
-    logger().info("tuned {} on {} in {:.2f} s: e{} w{} s{} p{} at {:.1f} us (default {:.1f} us, noise {:.1f} us)",
-                  key.text(), entry.tuned_shape, seconds, entry.winner.elems_per_load, entry.winner.warps,
-                  entry.winner.stages, entry.winner.programs_per_sm, entry.best_us, entry.default_us, entry.noise_us);
-    return entry.winner;
-  } catch (const Error& e) {
-    if (claim == cache::Store::Claim::Acquired) user->release(lease, owner);
-    logger().warn("tuning {} failed ({}); using the default configuration", key.text(), e.what());
-    counters().defaulted++;
-    return fallback;
-  }
+  counters().defaulted++;
+  return fallback;
 }
 
 }  // namespace
@@ -308,6 +323,35 @@ LaunchConfig config_for(const CallInfo& call, TunePolicy policy) {
     }
   }
   return future.get();  // another thread of this process is resolving the same key
+}
+
+void tuning_slice_of(const Geometry& geometry, DType x, DType y, std::vector<int64_t>& shape, int64_t& groups) {
+  const Driver& d = driver();
+  std::size_t free_bytes = 0, total = 0;
+  GNSILU_CU(d.cuMemGetInfo_v2(&free_bytes, &total));
+  const std::size_t budget = std::min(kMaxScratchBytes, free_bytes / 4);
+  if (!tuning_slice(geometry, dtype_size(x), dtype_size(y), budget, shape, groups)) {
+    throw Error(Status::OutOfMemory, "gnsilu: one group needs more scratch memory than tuning may use (" +
+                                         std::to_string(budget >> 20) + " MiB)");
+  }
+}
+
+WarmResult warm_key(const CallInfo& call, bool retune) {
+  const cache::TuningKey key =
+      tuning_key(call.device, call.geometry, call.problem.x_dtype, call.problem.y_dtype, call.path);
+  auto store = cache::process_cache();
+  if (!retune) {
+    if (auto e = store->find_tuning(key); e && valid(e->winner)) {
+      counters().found_in_cache++;
+      WarmResult r;
+      r.outcome = WarmResult::Outcome::Cached;
+      r.key = key;
+      r.entry = std::move(e);
+      return r;
+    }
+  }
+  // Another process tuning the same key finishes within its 120-second lease.
+  return tune_under_lease(call, key, *store, 130000);
 }
 
 void clear_config_table() {

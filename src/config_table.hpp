@@ -13,6 +13,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "device.hpp"
 #include "entries.hpp"
@@ -38,6 +41,31 @@ void set_process_tune_policy(TunePolicy policy);
 // The tuning key of a call (device identity, code version, channels per group, dtypes, size class and path).
 cache::TuningKey tuning_key(const DeviceInfo& device, const Geometry& geometry, DType x, DType y, Path path);
 cache::DeviceIdentity identity_of(const DeviceInfo& device);
+
+// What warm_key did for a key.
+struct WarmResult {
+  enum class Outcome {
+    Cached,          // an entry was already in a cache file
+    Tuned,           // timed here and stored in the user file
+    TunedElsewhere,  // another process held the key's lease and stored its entry meanwhile
+    HeldByOther,     // another process holds the lease and stored nothing in time
+    Failed,          // tuning failed (message says why)
+  };
+  Outcome outcome = Outcome::Failed;
+  cache::TuningKey key;
+  std::optional<cache::TuningEntry> entry;
+  std::string message;
+  double seconds = 0;  // spent tuning or waiting
+};
+
+// Makes sure the cache files hold a tuned entry for `call`'s key, whatever its size (gnsilu-tune warm). With
+// `retune` it times the candidates even when an entry exists. Only the tuning slice of x is read: x needs to
+// cover tuning_slice_of()'s shape, not the whole tensor. Throws only for driver failures outside tuning.
+WarmResult warm_key(const CallInfo& call, bool retune);
+
+// The shape (and groups) of the part of a tensor the tuner times on this device now (it depends on free
+// device memory). Throws Error(OutOfMemory) when not one group fits the scratch budget.
+void tuning_slice_of(const Geometry& geometry, DType x, DType y, std::vector<int64_t>& shape, int64_t& groups);
 
 // What happened so far in this process (for tests, tools and logs).
 struct Counters {

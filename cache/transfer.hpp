@@ -1,0 +1,86 @@
+// Moving cache contents between files and machines (gnsilu-tune export / import / merge): a portable export
+// file (JSON: tuned entries with every candidate's timing, compiled kernels in base64 with checksums), reading
+// either an export file or a SQLite cache file, and merging with conflicts resolved toward the better-measured
+// entry. Everything here reports bad input as TransferError naming the file and what is wrong with it.
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "entries.hpp"
+
+namespace gnsilu::cache {
+
+class Store;
+
+class TransferError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct KernelRecord {
+  KernelKey key;
+  KernelImage image;
+};
+
+// What a cache holds, in memory.
+struct Bundle {
+  std::vector<TuningEntry> tuning;
+  std::vector<KernelRecord> kernels;
+};
+
+constexpr std::string_view kExportFormat = "gnsilu-cache-export";
+constexpr int kExportVersion = 1;
+
+// Everything `store` holds (kernels only when `with_kernels`).
+Bundle bundle_of(Store& store, bool with_kernels);
+
+// An export file or a SQLite cache file (told apart by the first bytes). Throws TransferError.
+Bundle read_bundle(const std::string& path, bool with_kernels = true);
+
+// The export format as text, and back (`what` names the source in errors). parse_export throws TransferError
+// for anything that is not a well-formed export of a known version: wrong types, unknown dtypes, configurations
+// out of range, kernels whose checksum does not match.
+std::string export_text(const Bundle& bundle);
+Bundle parse_export(std::string_view text, const std::string& what);
+
+// Writes an export file atomically (a temporary file renamed over `path`). Throws TransferError.
+void write_export(const Bundle& bundle, const std::string& path);
+
+// Whether `a` was measured better than `b` (two entries for the same key): more candidates timed successfully;
+// then a smaller noise relative to the winner's time; then the newer one. Equal measurements: false.
+bool better_measured(const TuningEntry& a, const TuningEntry& b);
+
+struct Conflict {
+  TuningKey key;
+  LaunchConfig kept;
+  LaunchConfig dropped;
+  bool incoming_kept = false;  // the incoming entry replaced the existing one
+};
+
+struct MergeReport {
+  int added = 0;      // keys that were not there
+  int replaced = 0;   // existing entries replaced by better-measured incoming ones
+  int kept = 0;       // existing entries kept over worse-measured incoming ones
+  int identical = 0;  // incoming entries equal to what was there
+  int kernels_added = 0;
+  int kernels_identical = 0;
+  int kernels_replaced = 0;
+  std::vector<Conflict> conflicts;  // every key present on both sides with different measurements
+};
+
+// Merges `incoming` into `into` (in memory).
+MergeReport merge(Bundle& into, const Bundle& incoming);
+
+// Merges `incoming` into a writable store (nothing is written when `dry_run`). Throws TransferError when the
+// store cannot be read or written.
+MergeReport merge_into(Store& store, const Bundle& incoming, bool dry_run = false);
+
+// Entries (and kernels) of `bundle` that a machine with `device` (none: any) running kernels of `code_version`
+// cannot use, moved out of `bundle` into the returned bundle.
+Bundle take_mismatched(Bundle& bundle, const std::optional<DeviceIdentity>& device, const std::string& code_version);
+
+}  // namespace gnsilu::cache

@@ -1,0 +1,234 @@
+// Export files and merging without a GPU: round trips through the export format and through SQLite, every kind
+// of damaged or foreign input refused with a message naming the file and the field, conflicts resolved toward
+// the better-measured entry, and entries for other devices or kernel versions set apart.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "kernels.hpp"
+#include "store.hpp"
+#include "transfer.hpp"
+
+using namespace gnsilu::cache;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char pattern[] = "/tmp/gnsilu-transfer-test-XXXXXX";
+    path = mkdtemp(pattern);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+TuningKey key(int64_t cpg, const std::string& device = "NVIDIA H200", const std::string& code = "v1") {
+  TuningKey k;
+  k.device = {device, 90, 132, 143771, 61440};
+  k.code_version = code;
+  k.channels_per_group = cpg;
+  k.size_class = "dram-split";
+  return k;
+}
+
+TuningEntry entry(const TuningKey& k, int warps, double noise, int ok_candidates = 3, int64_t created = 1000) {
+  TuningEntry e;
+  e.key = k;
+  e.winner = {16, warps, 1, 4};
+  e.default_us = 300;
+  e.best_us = 250;
+  e.noise_us = noise;
+  e.tuned_shape = "1x512x16384 G=32";
+  e.library_version = "0.1.0";
+  e.created_at = created;
+  for (int i = 0; i < ok_candidates; ++i) e.candidates.push_back({{16, 8, 1, 4}, 260.0 + i, 1.5, 9, "ok"});
+  e.candidates.push_back({{32, 16, 1, 2}, 0, 0, 0, "compile failed: no"});
+  return e;
+}
+
+KernelRecord kernel(int arch, const std::string& code = "v1") {
+  KernelRecord k;
+  k.key = {arch, code, "bf16-bf16-e16-w8-s1"};
+  k.image.image = {'\x7f', 'E', 'L', 'F', '\0', '\x01', '\xff', '=', '+'};
+  k.image.lowered_names = {"_Z1av", "_Z1bv", "_Z1cv", "_Z1dv"};
+  k.image.options = "--fmad=false";
+  k.image.nvrtc_version = "13.0";
+  return k;
+}
+
+std::string corrupt(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("the export format round-trips every field, including kernel bytes of any length") {
+  Bundle b;
+  b.tuning = {entry(key(4), 8, 1.0), entry(key(16), 4, 2.0)};
+  for (int n = 0; n < 5; ++n) {  // images of every length modulo 3 exercise base64 padding
+    KernelRecord k = kernel(90 + n);
+    k.image.image.resize(static_cast<std::size_t>(7 + n), 'z');
+    b.kernels.push_back(k);
+  }
+  const Bundle back = parse_export(export_text(b), "test");
+  REQUIRE(back.tuning.size() == 2);
+  CHECK(back.tuning[0].key == b.tuning[0].key);
+  CHECK(back.tuning[1].winner == b.tuning[1].winner);
+  CHECK(back.tuning[0].candidates.size() == b.tuning[0].candidates.size());
+  CHECK(back.tuning[0].candidates.back().status == "compile failed: no");
+  CHECK(back.tuning[1].noise_us == 2.0);
+  REQUIRE(back.kernels.size() == 5);
+  for (std::size_t i = 0; i < 5; ++i) {
+    CHECK(back.kernels[i].key == b.kernels[i].key);
+    CHECK(back.kernels[i].image.image == b.kernels[i].image.image);
+    CHECK(back.kernels[i].image.lowered_names == b.kernels[i].image.lowered_names);
+  }
+}
+
+TEST_CASE("a cache file and an export file read the same; writing is atomic") {
+  TempDir dir;
+  {
+    Store s(dir.file("c.sqlite"), Store::Mode::ReadWrite);
+    REQUIRE(s.put_tuning(entry(key(8), 8, 1.0)));
+    REQUIRE(s.put_kernel(kernel(90).key, kernel(90).image));
+  }
+  const Bundle from_sqlite = read_bundle(dir.file("c.sqlite"));
+  REQUIRE(from_sqlite.tuning.size() == 1);
+  REQUIRE(from_sqlite.kernels.size() == 1);
+  write_export(from_sqlite, dir.file("e.json"));
+  const Bundle from_json = read_bundle(dir.file("e.json"));
+  CHECK(from_json.tuning[0].key == from_sqlite.tuning[0].key);
+  CHECK(from_json.kernels[0].image.image == from_sqlite.kernels[0].image.image);
+  CHECK(read_bundle(dir.file("e.json"), false).kernels.empty());
+  for (const auto& f : fs::directory_iterator(dir.path)) CHECK(f.path().string().find(".tmp") == std::string::npos);
+  CHECK_THROWS_AS(write_export(from_json, dir.file("no/such/folder/e.json")), TransferError);
+}
+
+TEST_CASE("damaged or foreign inputs are refused with the file and the field named") {
+  TempDir dir;
+  Bundle b;
+  b.tuning = {entry(key(4), 8, 1.0)};
+  b.kernels = {kernel(90)};
+  const std::string good = export_text(b);
+  auto message = [&](const std::string& text) {
+    try {
+      parse_export(text, "in.json");
+    } catch (const TransferError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(message("") .find("in.json: is not JSON") == 0);
+  CHECK(message("{\"tuning\": []}").find("not a gnsilu cache export") != std::string::npos);
+  CHECK(message(corrupt(good, "\"format_version\": 1", "\"format_version\": 99")).find("version 99") != std::string::npos);
+  CHECK(message(corrupt(good, "\"x_dtype\": \"bf16\"", "\"x_dtype\": \"int8\"")).find("x_dtype") != std::string::npos);
+  CHECK(message(corrupt(good, "\"warps\": 8", "\"warps\": 1000")).find("tuning[0].candidates[0].config") != std::string::npos);
+  CHECK(message(corrupt(good, "\"best_us\": 250.0", "\"best_us\": -1")).find("best_us") != std::string::npos);
+  CHECK(message(corrupt(good, "\"channels_per_group\": 4", "\"channels_per_group\": \"4\"")).find("channels_per_group") !=
+        std::string::npos);
+  CHECK(message(corrupt(good, "\"image\": \"", "\"image\": \"!")).find("base64") != std::string::npos);
+  CHECK(message(corrupt(good, "\"checksum\": \"", "\"checksum\": \"0")).find("checksum") != std::string::npos);
+  CHECK(message(good.substr(0, good.size() / 2)).find("not JSON") != std::string::npos);
+  CHECK(message(good) == "accepted");
+
+  CHECK_THROWS_AS(read_bundle(dir.file("missing.json")), TransferError);
+  {
+    std::ofstream f(dir.file("fake.sqlite"), std::ios::binary);
+    f << std::string("SQLite format 3\0", 16) << std::string(5000, 'x');
+  }
+  CHECK_THROWS_AS(read_bundle(dir.file("fake.sqlite")), TransferError);
+  CHECK(fs::file_size(dir.file("fake.sqlite")) == 16 + 5000);  // never modified
+}
+
+TEST_CASE("better measured: more candidates timed, then lower relative noise, then newer") {
+  const TuningKey k = key(4);
+  CHECK(better_measured(entry(k, 8, 9.0, 5), entry(k, 4, 1.0, 3)));
+  CHECK_FALSE(better_measured(entry(k, 8, 1.0, 3), entry(k, 4, 1.0, 5)));
+  CHECK(better_measured(entry(k, 8, 1.0), entry(k, 4, 2.0)));
+  CHECK(better_measured(entry(k, 8, 1.0, 3, 2000), entry(k, 4, 1.0, 3, 1000)));
+  CHECK_FALSE(better_measured(entry(k, 8, 1.0), entry(k, 8, 1.0)));
+}
+
+TEST_CASE("merging: new keys added, identical ones counted, conflicts keep the better-measured entry") {
+  Bundle into;
+  into.tuning = {entry(key(4), 8, 2.0), entry(key(8), 8, 1.0)};
+  into.kernels = {kernel(90)};
+  Bundle incoming;
+  incoming.tuning = {entry(key(4), 16, 1.0),  // better: replaces
+                     entry(key(8), 4, 5.0),   // worse: kept out
+                     entry(key(16), 2, 1.0),  // new
+                     entry(key(4, "NVIDIA H100"), 8, 1.0)};
+  incoming.kernels = {kernel(90), kernel(100)};
+  const MergeReport r = merge(into, incoming);
+  CHECK(r.added == 2);
+  CHECK(r.replaced == 1);
+  CHECK(r.kept == 1);
+  CHECK(r.kernels_added == 1);
+  CHECK(r.kernels_identical == 1);
+  REQUIRE(r.conflicts.size() == 2);
+  CHECK(r.conflicts[0].incoming_kept);
+  CHECK(r.conflicts[0].kept.warps == 16);
+  CHECK_FALSE(r.conflicts[1].incoming_kept);
+  CHECK(into.tuning.size() == 4);
+  CHECK(into.tuning[0].winner.warps == 16);
+  CHECK(into.tuning[1].winner.warps == 8);
+  const MergeReport again = merge(into, incoming);
+  CHECK(again.added == 0);
+  CHECK(again.conflicts.size() == 1);  // key(8): the incoming entry is still the worse one
+  CHECK(again.identical == 3);
+}
+
+TEST_CASE("merging into a store writes only what changed; a dry run writes nothing") {
+  TempDir dir;
+  Store s(dir.file("c.sqlite"), Store::Mode::ReadWrite);
+  REQUIRE(s.put_tuning(entry(key(4), 8, 2.0)));
+  Bundle incoming;
+  incoming.tuning = {entry(key(4), 16, 1.0), entry(key(32), 2, 1.0)};
+  incoming.kernels = {kernel(90)};
+  const MergeReport dry = merge_into(s, incoming, true);
+  CHECK(dry.added == 1);
+  CHECK(dry.replaced == 1);
+  CHECK(s.all_tuning().size() == 1);
+  CHECK(s.kernel_count() == 0);
+  merge_into(s, incoming);
+  CHECK(s.all_tuning().size() == 2);
+  CHECK(s.find_tuning(key(4))->winner.warps == 16);
+  CHECK(s.kernel_count() == 1);
+  CHECK(merge_into(s, incoming).identical == 2);
+}
+
+TEST_CASE("entries for another device or kernel version are set apart") {
+  Bundle b;
+  b.tuning = {entry(key(4), 8, 1.0), entry(key(4, "NVIDIA H100"), 8, 1.0), entry(key(8, "NVIDIA H200", "v0"), 8, 1.0)};
+  b.kernels = {kernel(90), kernel(80), kernel(90, "v0")};
+  const DeviceIdentity h200 = key(4).device;
+  Bundle copy = b;
+  const Bundle out = take_mismatched(copy, h200, "v1");
+  CHECK(copy.tuning.size() == 1);
+  CHECK(copy.kernels.size() == 1);
+  CHECK(out.tuning.size() == 2);
+  CHECK(out.kernels.size() == 2);
+  Bundle any = b;
+  CHECK(take_mismatched(any, std::nullopt, "v1").tuning.size() == 1);  // no device: only the version counts
+}
+
+TEST_CASE("kernel listing and removal in a store") {
+  TempDir dir;
+  Store s(dir.file("c.sqlite"), Store::Mode::ReadWrite);
+  REQUIRE(s.put_kernel(kernel(90).key, kernel(90).image));
+  REQUIRE(s.put_kernel(kernel(80, "v0").key, kernel(80, "v0").image));
+  REQUIRE(s.kernel_keys().size() == 2);
+  CHECK(s.remove_kernel(kernel(80, "v0").key));
+  REQUIRE(s.kernel_keys().size() == 1);
+  CHECK(s.kernel_keys()[0] == kernel(90).key);
+}

@@ -1,0 +1,289 @@
+// gnsilu-tune end to end without a GPU: help, argument errors and exit codes, compiling, export / import /
+// merge round trips with conflicts, corrupt inputs, prune, report, and every --json output parsed back.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "kernels.hpp"
+#include "store.hpp"
+
+using namespace gnsilu::cache;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char pattern[] = "/tmp/gnsilu-tune-cli-XXXXXX";
+    path = mkdtemp(pattern);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+  json doc() const {
+    json j = json::parse(out, nullptr, false);
+    REQUIRE_MESSAGE(!j.is_discarded(), "not JSON: " << out << err);
+    return j;
+  }
+};
+
+// Runs gnsilu-tune with `args` (shell words) in `dir`, with no driver in reach: what CI machines have.
+Result tune(const TempDir& dir, const std::string& args) {
+  const std::string cmd = "cd '" + dir.path.string() + "' && env -u GNSILU_CACHE GNSILU_LIBCUDA=/nonexistent/libcuda.so.1 " +
+                          "XDG_CACHE_HOME='" + dir.file("xdg") + "' '" GNSILU_TUNE_BINARY "' " + args + " > '" +
+                          dir.file("stdout") + "' 2> '" + dir.file("stderr") + "'";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(dir.file("stdout"));
+  r.err = slurp(dir.file("stderr"));
+  return r;
+}
+
+TuningKey key(int64_t cpg, const std::string& code, const std::string& device = "NVIDIA H200") {
+  TuningKey k;
+  k.device = {device, 90, 132, 143771, 61440};
+  k.code_version = code;
+  k.channels_per_group = cpg;
+  k.size_class = "dram-split";
+  return k;
+}
+
+TuningEntry entry(const TuningKey& k, int warps, double noise) {
+  TuningEntry e;
+  e.key = k;
+  e.winner = {16, warps, 1, 4};
+  e.default_us = 300;
+  e.best_us = 250;
+  e.noise_us = noise;
+  e.tuned_shape = "1x512x16384 G=32";
+  e.library_version = "0.1.0";
+  e.created_at = 1700000000;
+  e.candidates = {{{16, 4, 2, 8}, 300, 2, 9, "ok"}, {{16, warps, 1, 4}, 250, 1, 9, "ok"},
+                  {{32, 16, 1, 2}, 0, 0, 0, "wrong output"}};
+  return e;
+}
+
+const std::string& current() { return gnsilu::detail::code_version(); }
+
+}  // namespace
+
+TEST_CASE("help for every subcommand; argument errors exit 2 with one line") {
+  TempDir dir;
+  for (const char* sub : {"", "warm", "compile", "list", "show", "export", "import", "merge", "verify", "prune", "report"}) {
+    const Result r = tune(dir, std::string(sub) + " --help");
+    CHECK_MESSAGE(r.code == 0, sub);
+    CHECK_MESSAGE(r.out.find("Exit codes") != std::string::npos, sub);
+  }
+  CHECK(tune(dir, "--version").out.find("0.") != std::string::npos);
+  struct Case {
+    const char* args;
+    const char* says;
+  };
+  for (const Case& c : {Case{"", "subcommand"}, Case{"frobnicate", "subcommand"}, Case{"warm", "nothing to warm"},
+                        Case{"warm 1x512x0x4", "1x512x0x4"}, Case{"warm 1x512x64x64 --groups 7", "groups"},
+                        Case{"warm 512", "at least N and C"}, Case{"warm --preset nope", "nope"},
+                        Case{"warm --preset flux --resolution 1020", "multiple of 8"},
+                        Case{"warm --preset hunyuan-video --frames 10", "4k + 1"},
+                        Case{"warm 1x64x8x8 --dtype int8", "int8"}, Case{"compile", "--arch"},
+                        Case{"compile --arch 70", "7.5"}, Case{"show", "id"}, Case{"report r.pdf --format pdf", "html or svg"},
+                        Case{"verify --samples 1", "samples"}, Case{"warm --shapes-file missing.json", "missing.json"}}) {
+    const Result r = tune(dir, c.args);
+    CHECK_MESSAGE(r.code == 2, std::string(c.args) << " -> " << r.code << ": " << r.err);
+    CHECK_MESSAGE(r.err.find(c.says) != std::string::npos, std::string(c.args) << ": " << r.err);
+    CHECK_MESSAGE(r.err.find("gnsilu-tune: ") == 0, r.err);
+  }
+}
+
+TEST_CASE("compile and warm without a GPU fill the kernel cache, once") {
+  TempDir dir;
+  Result r = tune(dir, "compile --arch 90 --dtype bf16 --cache c.sqlite --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  json j = r.doc();
+  CHECK(j["variants"] == 6);
+  CHECK(j["compiled"] == 6);
+  r = tune(dir, "compile --arch 90 --dtype bf16 --cache c.sqlite --json");
+  CHECK(r.doc()["compiled"] == 0);
+  CHECK(r.doc()["from_cache"] == 6);
+  // warm --preset flux with no GPU: compile only, for sm_90, saying why.
+  r = tune(dir, "warm --preset flux --dtype bf16 --cache c.sqlite --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  j = r.doc();
+  CHECK(j["mode"] == "compile");
+  CHECK(j["compiled"] == 0);
+  CHECK(j["note"].get<std::string>().find("no GPU here") != std::string::npos);
+  r = tune(dir, "warm --preset flux --dtype bf16 --cache c.sqlite");
+  CHECK(r.code == 0);
+  CHECK(r.err.find("compiling kernels only") != std::string::npos);  // plain lines when piped
+  CHECK(r.out.find("already in the cache") != std::string::npos);
+  // Shapes from a file, with their own dtypes.
+  std::ofstream(dir.file("shapes.json")) << R"({"shapes": ["1x256x32x32", {"shape": [2, 64, 16, 16], "groups": 8, "dtypes": ["fp16:fp32"]}]})";
+  r = tune(dir, "warm --shapes-file shapes.json --dtype bf16 --cache c.sqlite --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(r.doc()["variants"] == 12);  // bf16 and fp16:fp32
+  std::ofstream(dir.file("bad.json")) << R"({"shapes": [{"shape": [1, -3]}]})";
+  r = tune(dir, "warm --shapes-file bad.json --cache c.sqlite");
+  CHECK(r.code == 3);
+  CHECK(r.err.find("bad.json item 0") != std::string::npos);
+}
+
+TEST_CASE("list, show, export, import, merge: round trips and conflicts, parsed back from --json") {
+  TempDir dir;
+  {
+    Store a(dir.file("a.sqlite"), Store::Mode::ReadWrite);
+    REQUIRE(a.put_tuning(entry(key(4, current()), 8, 2.0)));
+    REQUIRE(a.put_tuning(entry(key(16, current()), 4, 1.0)));
+    KernelImage image;
+    image.image = {'c', 'u', 'b', 'i', 'n'};
+    image.lowered_names = {"a", "b", "c", "d"};
+    REQUIRE(a.put_kernel({90, current(), "bf16-bf16-e16-w8-s1"}, image));
+    Store c(dir.file("c.sqlite"), Store::Mode::ReadWrite);
+    REQUIRE(c.put_tuning(entry(key(4, current()), 16, 0.5)));  // better measured than a's
+    REQUIRE(c.put_tuning(entry(key(32, current()), 2, 1.0)));
+  }
+  Result r = tune(dir, "list --cache missing.sqlite");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("no cache file yet") != std::string::npos);
+  r = tune(dir, "list --cache a.sqlite --json");
+  REQUIRE(r.code == 0);
+  json j = r.doc();
+  REQUIRE(j["entries"].size() == 2);
+  CHECK(j["kernels"] == 1);
+  CHECK(j["entries"][0]["current"] == true);
+  CHECK(j["entries"][0]["speedup"].get<double>() == doctest::Approx(1.2));
+  r = tune(dir, "list --cache a.sqlite");
+  CHECK(r.out.find("e16 w8 s1 p4") != std::string::npos);
+  r = tune(dir, "show 2 --cache a.sqlite --json");
+  REQUIRE(r.code == 0);
+  CHECK(r.doc()["candidates"].size() == 3);
+  CHECK(r.doc()["candidates"][2]["status"] == "wrong output");
+  CHECK(tune(dir, "show 3 --cache a.sqlite").code == 2);
+
+  r = tune(dir, "export a.json --cache a.sqlite --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(r.doc()["entries"] == 2);
+  CHECK(r.doc()["kernels"] == 1);
+  // No GPU to check the device against: refused (4) unless forced; nothing written.
+  r = tune(dir, "import a.json --cache b.sqlite");
+  CHECK(r.code == 4);
+  CHECK(r.err.find("--force") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.file("b.sqlite")));
+  r = tune(dir, "import a.json --cache b.sqlite --force --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(r.doc()["added"] == 2);
+  CHECK(r.doc()["kernels_added"] == 1);
+  r = tune(dir, "import a.json --cache b.sqlite --force --json");
+  CHECK(r.doc()["identical"] == 2);
+  CHECK(r.doc()["added"] == 0);
+  r = tune(dir, "list --cache b.sqlite --json");
+  CHECK(r.doc()["entries"].size() == 2);
+  // A cache file imports directly too; the conflict on cpg 4 keeps c's better-measured entry.
+  r = tune(dir, "import c.sqlite --cache b.sqlite --force --dry-run --json");
+  CHECK(r.doc()["replaced"] == 1);
+  CHECK(tune(dir, "list --cache b.sqlite --json").doc()["entries"].size() == 2);
+  r = tune(dir, "import c.sqlite --cache b.sqlite --force");
+  CHECK(r.code == 0);
+  CHECK(r.out.find("conflict") != std::string::npos);
+  j = tune(dir, "list --cache b.sqlite --json").doc();
+  CHECK(j["entries"].size() == 3);
+  for (const auto& e : j["entries"]) {
+    if (e["key"]["channels_per_group"] == 4) CHECK(e["winner"]["warps"] == 16);
+  }
+
+  r = tune(dir, "merge m.json a.sqlite c.sqlite --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  j = r.doc();
+  CHECK(j["entries"] == 3);
+  REQUIRE(j["conflicts"].size() == 1);
+  CHECK(j["conflicts"][0]["kept"]["warps"] == 16);
+  CHECK(j["conflicts"][0]["incoming_kept"] == true);
+  r = tune(dir, "merge m.sqlite m.json a.json --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(tune(dir, "list --cache m.sqlite --json").doc()["entries"].size() == 3);
+}
+
+TEST_CASE("corrupt inputs exit 3 and change nothing") {
+  TempDir dir;
+  {
+    Store a(dir.file("a.sqlite"), Store::Mode::ReadWrite);
+    REQUIRE(a.put_tuning(entry(key(4, current()), 8, 2.0)));
+  }
+  REQUIRE(tune(dir, "export a.json --cache a.sqlite").code == 0);
+  const std::string good = slurp(dir.file("a.json"));
+  std::ofstream(dir.file("half.json")) << good.substr(0, good.size() / 2);
+  std::ofstream(dir.file("garbage.json")) << "\x01\x02 not json";
+  std::ofstream(dir.file("fake.sqlite"), std::ios::binary) << std::string("SQLite format 3\0", 16) << std::string(3000, '\xAB');
+  const auto before = slurp(dir.file("a.sqlite"));
+  for (const char* input : {"half.json", "garbage.json", "fake.sqlite", "missing.json"}) {
+    Result r = tune(dir, std::string("import ") + input + " --cache a.sqlite --force");
+    CHECK_MESSAGE(r.code == 3, input << ": " << r.err);
+    CHECK_MESSAGE(r.err.find(input) != std::string::npos, r.err);
+    r = tune(dir, std::string("merge out.json a.json ") + input);
+    CHECK_MESSAGE(r.code == 3, input << ": " << r.err);
+  }
+  CHECK_FALSE(fs::exists(dir.file("out.json")));
+  CHECK(slurp(dir.file("a.sqlite")) == before);
+  CHECK(tune(dir, "list --cache fake.sqlite").code == 3);
+  CHECK(tune(dir, "export x.json --cache fake.sqlite").code == 3);
+  CHECK(fs::file_size(dir.file("fake.sqlite")) == 3016);
+}
+
+TEST_CASE("prune drops other kernel versions; report draws every candidate") {
+  TempDir dir;
+  {
+    Store a(dir.file("a.sqlite"), Store::Mode::ReadWrite);
+    REQUIRE(a.put_tuning(entry(key(4, current()), 8, 2.0)));
+    REQUIRE(a.put_tuning(entry(key(8, "old-version"), 8, 2.0)));
+    KernelImage image;
+    image.image = {'x'};
+    image.lowered_names = {"a", "b", "c", "d"};
+    REQUIRE(a.put_kernel({90, "old-version", "bf16-bf16-e16-w8-s1"}, image));
+    REQUIRE(a.put_kernel({90, current(), "bf16-bf16-e16-w8-s1"}, image));
+  }
+  Result r = tune(dir, "list --cache a.sqlite");
+  CHECK(r.out.find("stale") != std::string::npos);
+  r = tune(dir, "prune --cache a.sqlite --dry-run --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(r.doc()["entries_removed"] == 1);
+  CHECK(r.doc()["kernels_removed"] == 1);
+  CHECK(tune(dir, "list --cache a.sqlite --json").doc()["entries"].size() == 2);
+  r = tune(dir, "prune --cache a.sqlite --json");
+  CHECK(r.doc()["entries_removed"] == 1);
+  {
+    const json j = tune(dir, "list --cache a.sqlite --json").doc();
+    CHECK(j["entries"].size() == 1);
+    CHECK(j["kernels"] == 1);
+  }
+  r = tune(dir, "report r.html --cache a.sqlite");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  const std::string html = slurp(dir.file("r.html"));
+  CHECK(html.find("<!DOCTYPE html>") == 0);
+  CHECK(html.find("<svg") != std::string::npos);
+  CHECK(html.find("wrong output") != std::string::npos);
+  CHECK(html.find("e16 w4 s2 p8 (default)") != std::string::npos);  // the split path's default
+  r = tune(dir, "report r.svg --cache a.sqlite --json");
+  CHECK(r.doc()["format"] == "svg");
+  CHECK(slurp(dir.file("r.svg")).find("<svg xmlns") != std::string::npos);
+  CHECK(tune(dir, "verify --cache a.sqlite").code == 5);  // re-timing needs a GPU
+}

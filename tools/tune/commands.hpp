@@ -1,0 +1,80 @@
+// The subcommands of gnsilu-tune, each a function of its options returning the exit code (errors: CliError).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tune.hpp"
+
+namespace gnsilu::tune {
+
+struct Common {
+  std::string cache;  // --cache (empty: GNSILU_CACHE or the default user file)
+  bool json = false;  // --json: one JSON document on stdout
+  bool quiet = false; // --quiet: no progress lines
+};
+
+struct WarmOptions {
+  Common common;
+  std::vector<std::string> shapes;
+  std::vector<std::string> presets;
+  std::vector<std::string> shape_files;
+  std::vector<std::string> dtypes{"bf16", "fp16"};
+  int64_t groups = 32;
+  std::string resolution;
+  PresetOptions preset;
+  bool retune = false;
+  bool compile_only = false;
+  std::vector<int> archs;
+  int device = 0;
+};
+
+struct CompileOptions {
+  Common common;
+  std::vector<int> archs;
+  std::vector<std::string> dtypes;  // empty: all nine pairs
+  int device = 0;
+};
+
+struct ShowOptions {
+  Common common;
+  int id = 0;  // show: the row number of list
+};
+
+struct TransferOptions {
+  Common common;
+  std::string file;                 // export: output; import: input
+  std::vector<std::string> inputs;  // merge
+  bool no_kernels = false;
+  bool force = false;
+  bool skip_mismatched = false;
+  bool dry_run = false;
+  int device = 0;
+};
+
+struct VerifyOptions {
+  Common common;
+  double tolerance = 0.10;
+  int samples = 25;
+  bool strict = false;
+  int device = 0;
+};
+
+struct ReportOptions {
+  Common common;
+  std::string output;
+  std::string format;  // html | svg (empty: from the file name)
+};
+
+int run_warm(const WarmOptions& o);
+int run_compile(const CompileOptions& o);
+int run_list(const Common& o);
+int run_show(const ShowOptions& o);
+int run_export(const TransferOptions& o);
+int run_import(const TransferOptions& o);
+int run_merge(const TransferOptions& o);
+int run_verify(const VerifyOptions& o);
+int run_prune(const TransferOptions& o);
+int run_report(const ReportOptions& o);
+
+}  // namespace gnsilu::tune

@@ -1,0 +1,289 @@
+#include "gpu.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "config_table.hpp"
+#include "driver.hpp"
+#include "errors.hpp"
+#include "gnsilu_math.cuh"
+#include "kernels.hpp"
+#include "modules.hpp"
+#include "plan.hpp"
+#include "tuner.hpp"
+#include "workspace.hpp"
+
+namespace gnsilu::tune {
+namespace {
+
+using detail::driver;
+
+// Fills `bytes` of device memory with normally distributed values of `dtype` (a 4 MiB host pattern, repeated).
+void fill_random(CUdeviceptr dst, std::size_t elements, DType dtype, uint32_t seed) {
+  const std::size_t size = dtype_size(dtype);
+  const std::size_t pattern_elements = std::min<std::size_t>(elements, (std::size_t{4} << 20) / size);
+  std::vector<unsigned char> pattern(pattern_elements * size);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.25f, 1.5f);
+  for (std::size_t i = 0; i < pattern_elements; ++i) {
+    const float v = normal(rng);
+    if (dtype == DType::FP32) {
+      std::memcpy(&pattern[i * 4], &v, 4);
+    } else {
+      const uint16_t h = dtype == DType::BF16 ? math::float_to_bf16(v) : math::float_to_fp16(v);
+      std::memcpy(&pattern[i * 2], &h, 2);
+    }
+  }
+  for (std::size_t done = 0; done < elements; done += pattern_elements) {
+    const std::size_t n = std::min(pattern_elements, elements - done);
+    GNSILU_CU(driver().cuMemcpyHtoD_v2(dst + done * size, pattern.data(), n * size));
+  }
+}
+
+// Device memory for one tuning problem: x (the part the tuner reads), FP32 weight and bias of C values.
+struct Inputs {
+  detail::DeviceBuffer x, weight, bias;
+  Problem problem;
+  std::vector<int64_t> shape;
+};
+
+void make_inputs(const GpuSession& gpu, const std::vector<int64_t>& shape, int64_t groups, int64_t slice_numel,
+                 DType x_dtype, DType y_dtype, Inputs& in) {
+  in.shape = shape;
+  const int64_t c = shape[1];
+  in.x = detail::DeviceBuffer(gpu.context(), static_cast<std::size_t>(slice_numel) * dtype_size(x_dtype));
+  in.weight = detail::DeviceBuffer(gpu.context(), static_cast<std::size_t>(c) * 4);
+  in.bias = detail::DeviceBuffer(gpu.context(), static_cast<std::size_t>(c) * 4);
+  fill_random(in.x.get(), static_cast<std::size_t>(slice_numel), x_dtype, 2026);
+  fill_random(in.weight.get(), static_cast<std::size_t>(c), DType::FP32, 7);
+  fill_random(in.bias.get(), static_cast<std::size_t>(c), DType::FP32, 11);
+  in.problem = Problem{};
+  in.problem.x = reinterpret_cast<const void*>(in.x.get());
+  in.problem.x_dtype = x_dtype;
+  in.problem.y_dtype = y_dtype;
+  in.problem.shape = in.shape;
+  in.problem.num_groups = groups;
+  in.problem.weight = reinterpret_cast<const void*>(in.weight.get());
+  in.problem.bias = reinterpret_cast<const void*>(in.bias.get());
+}
+
+detail::Geometry geometry_of(const ShapeRequest& r) {
+  try {
+    return detail::make_geometry(r.shape, r.groups);
+  } catch (const Error& e) {
+    throw CliError(kUsage, r.origin + ": " + shape_text(r.shape) + " with " + std::to_string(r.groups) +
+                               " groups: " + e.what());
+  }
+}
+
+// "1x512x16384 G=32" -> shape and groups (what the tuner records as tuned_shape).
+bool parse_tuned_shape(const std::string& text, std::vector<int64_t>& shape, int64_t& groups) {
+  const auto space = text.find(" G=");
+  if (space == std::string::npos) return false;
+  try {
+    shape = parse_shape(text.substr(0, space));
+    groups = std::stoll(text.substr(space + 3));
+  } catch (const std::exception&) {
+    return false;
+  }
+  return groups > 0;
+}
+
+}  // namespace
+
+std::unique_ptr<GpuSession> GpuSession::open(int ordinal, std::string& why) {
+  if (!detail::driver_available(&why)) return nullptr;
+  try {
+    check_device();
+    std::unique_ptr<GpuSession> s(new GpuSession);
+    const auto& d = driver();
+    int count = 0;
+    GNSILU_CU(d.cuDeviceGetCount(&count));
+    if (ordinal < 0 || ordinal >= count) {
+      throw CliError(kUsage, "--device " + std::to_string(ordinal) + ": this machine has " + std::to_string(count) +
+                                 " device(s)");
+    }
+    GNSILU_CU(d.cuDeviceGet(&s->device_, ordinal));
+    GNSILU_CU(d.cuDevicePrimaryCtxRetain(&s->context_, s->device_));
+    GNSILU_CU(d.cuCtxSetCurrent(s->context_));
+    s->info_ = &detail::device_info(s->device_);
+    return s;
+  } catch (const Error& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
+GpuSession::~GpuSession() {
+  if (context_ != nullptr) {
+    const auto& d = driver();
+    d.cuCtxSynchronize();
+    release_workspaces();
+    d.cuDevicePrimaryCtxRelease_v2(device_);
+  }
+}
+
+cache::DeviceIdentity GpuSession::identity() const { return detail::identity_of(*info_); }
+
+std::vector<WarmRow> keys_of(const GpuSession& gpu, const std::vector<ShapeRequest>& requests) {
+  std::vector<WarmRow> rows;
+  std::map<std::string, std::size_t> seen;
+  for (const auto& r : requests) {
+    const detail::Geometry g = geometry_of(r);
+    if (g.numel == 0) continue;
+    const Path path = detail::choose_path(g, Path::Auto, gpu.info().sms);
+    WarmRow row;
+    row.request = r;
+    row.key = detail::tuning_key(gpu.info(), g, r.x, r.y, path);
+    if (seen.emplace(row.key.text(), rows.size()).second) rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requests, bool retune, Progress& progress) {
+  std::vector<WarmRow> rows = keys_of(gpu, requests);
+  for (auto& row : rows) {
+    const ShapeRequest& r = row.request;
+    try {
+      const detail::Geometry g = geometry_of(r);
+      const Path path = detail::choose_path(g, Path::Auto, gpu.info().sms);
+      std::vector<int64_t> slice;
+      int64_t slice_groups = 0;
+      detail::tuning_slice_of(g, r.x, r.y, slice, slice_groups);
+      int64_t slice_numel = 1;
+      for (auto d : slice) slice_numel *= d;
+      Inputs in;
+      make_inputs(gpu, r.shape, r.groups, slice_numel, r.x, r.y, in);
+      const detail::CallInfo call{in.problem, g, gpu.info(), gpu.context(), nullptr, path};
+      const detail::WarmResult w = detail::warm_key(call, retune);
+      using O = detail::WarmResult::Outcome;
+      row.outcome = w.outcome == O::Cached           ? "cached"
+                    : w.outcome == O::Tuned          ? "tuned"
+                    : w.outcome == O::TunedElsewhere ? "tuned by another process"
+                    : w.outcome == O::HeldByOther    ? "busy"
+                                                     : "failed";
+      row.entry = w.entry;
+      row.message = w.message;
+      row.seconds = w.seconds;
+      if (row.entry) {
+        // The winner's kernels, compiled or from the cache, loaded on this device.
+        detail::kernels_for(gpu.context(), gpu.info(), detail::Variant{r.x, r.y, row.entry->winner});
+      }
+    } catch (const CliError&) {
+      throw;
+    } catch (const std::exception& e) {
+      row.outcome = "failed";
+      row.message = e.what();
+    }
+    std::string line = row.outcome + "  " + key_text(row.key) + "  (" + shape_text(r.shape) + ", " + r.origin + ")";
+    if (row.entry) {
+      char buf[128];
+      std::snprintf(buf, sizeof buf, ": %s, %.1f us, %.2fx the default", config_text(row.entry->winner).c_str(),
+                    row.entry->best_us, row.entry->best_us > 0 ? row.entry->default_us / row.entry->best_us : 1.0);
+      line += buf;
+    } else if (!row.message.empty()) {
+      line += ": " + row.message;
+    }
+    progress.step(line);
+  }
+  return rows;
+}
+
+std::size_t compile_all(const std::vector<int>& archs, const std::vector<DTypePair>& pairs, Progress& progress) {
+  struct Job {
+    int arch;
+    detail::Variant variant;
+  };
+  std::vector<Job> jobs;
+  for (int arch : archs) {
+    for (const auto& p : pairs) {
+      std::vector<LaunchConfig> seen;
+      for (const auto& c : candidate_configs()) {
+        // programs_per_sm does not change the code: one compile per distinct code.
+        LaunchConfig code = c;
+        code.programs_per_sm = 1;
+        if (std::find(seen.begin(), seen.end(), code) != seen.end()) continue;
+        seen.push_back(code);
+        jobs.push_back({arch, detail::Variant{p.x, p.y, c}});
+      }
+    }
+  }
+  std::atomic<std::size_t> next{0};
+  std::mutex report;
+  std::string first_error;
+  std::vector<std::thread> pool;
+  const unsigned workers = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+  for (unsigned w = 0; w < workers; ++w) {
+    pool.emplace_back([&] {
+      for (std::size_t i; (i = next++) < jobs.size();) {
+        std::string line = "sm_" + std::to_string(jobs[i].arch) + " " + detail::describe(jobs[i].variant);
+        try {
+          detail::compiled_for(jobs[i].arch, jobs[i].variant);
+        } catch (const std::exception& e) {
+          std::lock_guard lock(report);
+          if (first_error.empty()) first_error = line + ": " + e.what();
+          line += ": FAILED";
+        }
+        std::lock_guard lock(report);
+        progress.step(line);
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  if (!first_error.empty()) throw CliError(kFailed, "compiling " + first_error);
+  return jobs.size();
+}
+
+std::vector<VerifyRow> verify(GpuSession& gpu, const std::vector<cache::TuningEntry>& entries, int samples,
+                              double tolerance, Progress& progress) {
+  std::vector<VerifyRow> rows;
+  for (const auto& e : entries) {
+    VerifyRow row;
+    row.entry = e;
+    try {
+      std::vector<int64_t> shape;
+      int64_t groups = 0;
+      if (!parse_tuned_shape(e.tuned_shape, shape, groups)) {
+        throw CliError(kBadInput, "the entry's tuned shape \"" + e.tuned_shape + "\" cannot be read");
+      }
+      const detail::Geometry g = detail::make_geometry(shape, groups);
+      const Path path = e.key.size_class.ends_with("-fused") ? Path::Fused : Path::Split;
+      Inputs in;
+      make_inputs(gpu, shape, groups, g.numel, e.key.x_dtype, e.key.y_dtype, in);
+      const LaunchConfig fallback = default_config(path);
+      detail::GpuBackend backend(in.problem, g, gpu.info(), gpu.context(), nullptr, path, fallback);
+      backend.prepare(e.winner);
+      backend.prepare(fallback);
+      for (int i = 0; i < 2; ++i) {
+        backend.time_us(e.winner);
+        backend.time_us(fallback);
+      }
+      std::vector<double> w, d;
+      for (int i = 0; i < samples; ++i) {
+        w.push_back(backend.time_us(e.winner));
+        d.push_back(backend.time_us(fallback));
+      }
+      row.winner_us = detail::median_of(w);
+      row.default_us = detail::median_of(d);
+      row.drift = e.best_us > 0 ? row.winner_us / e.best_us - 1.0 : 0.0;
+      row.status = std::abs(row.drift) > tolerance ? "drift" : "ok";
+    } catch (const std::exception& ex) {
+      row.status = std::string("failed: ") + ex.what();
+    }
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s  %s: winner %s now %.1f us (cached %.1f us, %+.1f%%), default now %.1f us",
+                  row.status.c_str(), key_text(e.key).c_str(), config_text(e.winner).c_str(), row.winner_us, e.best_us,
+                  100.0 * row.drift, row.default_us);
+    progress.step(buf);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace gnsilu::tune

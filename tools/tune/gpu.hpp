@@ -1,0 +1,67 @@
+// The GPU work of gnsilu-tune: a device session (the primary context of one device, made current), warming
+// tuning keys, compiling kernel variants and re-timing cached winners.
+#pragma once
+
+#include <cuda.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "device.hpp"
+#include "tune.hpp"
+
+namespace gnsilu::tune {
+
+class GpuSession {
+ public:
+  // The device with `ordinal`, or nullopt with `why` set when there is no usable driver or device.
+  static std::unique_ptr<GpuSession> open(int ordinal, std::string& why);
+  ~GpuSession();
+  GpuSession(const GpuSession&) = delete;
+  GpuSession& operator=(const GpuSession&) = delete;
+  const detail::DeviceInfo& info() const { return *info_; }
+  CUcontext context() const { return context_; }
+  cache::DeviceIdentity identity() const;
+
+ private:
+  GpuSession() = default;
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+  const detail::DeviceInfo* info_ = nullptr;
+};
+
+struct WarmRow {
+  ShapeRequest request;        // the first shape that needed the key
+  cache::TuningKey key;
+  std::string outcome;         // "cached", "tuned", "tuned by another process", "busy", "failed"
+  std::optional<cache::TuningEntry> entry;
+  std::string message;
+  double seconds = 0;
+};
+
+// Tunes (or finds cached) every distinct key the requests need on this device, and loads the winners' kernels.
+std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requests, bool retune, Progress& progress);
+
+// The distinct tuning keys of `requests` on this device (without tuning), in request order.
+std::vector<WarmRow> keys_of(const GpuSession& gpu, const std::vector<ShapeRequest>& requests);
+
+// Compiles every candidate configuration for each dtype pair and architecture into the process's kernel
+// cache (no GPU needed). Returns how many variants it went through.
+std::size_t compile_all(const std::vector<int>& archs, const std::vector<DTypePair>& pairs, Progress& progress);
+
+struct VerifyRow {
+  cache::TuningEntry entry;
+  double winner_us = 0;   // now
+  double default_us = 0;  // now
+  double drift = 0;       // winner_us / entry.best_us - 1
+  std::string status;     // "ok", "drift", "failed: ..."
+};
+
+// Re-times the winner and the default of every entry of `entries` (all for this device and code version) on
+// their tuned shapes, `samples` interleaved runs each, L2 flushed.
+std::vector<VerifyRow> verify(GpuSession& gpu, const std::vector<cache::TuningEntry>& entries, int samples,
+                              double tolerance, Progress& progress);
+
+}  // namespace gnsilu::tune

@@ -1,0 +1,163 @@
+// gnsilu-tune: pre-warms gnsilu's cache before traffic arrives and carries it between identical machines.
+//
+//   gnsilu-tune warm --preset flux              tune every key the Flux VAE needs (compile only without a GPU)
+//   gnsilu-tune compile --arch 90,100           compile every kernel variant, no GPU needed
+//   gnsilu-tune list | show N                   what the cache holds
+//   gnsilu-tune export fleet.json               a portable file; `import fleet.json` on an identical machine
+//   gnsilu-tune merge out.json a.json b.sqlite  combine caches, keeping the better-measured entries
+//   gnsilu-tune verify | prune | report r.html  re-time winners, drop stale entries, draw every candidate
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "commands.hpp"
+#include "gnsilu/gnsilu.hpp"
+#include "transfer.hpp"
+
+namespace {
+
+using namespace gnsilu::tune;
+
+void add_common(CLI::App* sub, Common& c, bool json = true) {
+  sub->add_option("--cache", c.cache, "Cache file (default: GNSILU_CACHE, else ~/.cache/gnsilu/cache.sqlite)");
+  if (json) sub->add_flag("--json", c.json, "Print one JSON document on stdout instead of text");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("gnsilu-tune " + std::string(gnsilu::version()) +
+               ": pre-warm gnsilu's tuning and kernel cache, and carry it between identical machines.");
+  app.footer(kExitCodesHelp);
+  app.require_subcommand(1);
+  app.set_version_flag("--version", gnsilu::version());
+
+  WarmOptions warm;
+  auto* w = app.add_subcommand("warm", "Tune every key the given shapes need (compile only without a GPU)");
+  w->footer(std::string("Presets: flux, sd3, sdxl (image VAEs, 1024x1024 by default), hunyuan-video (720x1280, 33 "
+                        "frames by default): the GroupNorm+SiLU inputs of their encoder and decoder, 32 groups.\n") +
+            kExitCodesHelp);
+  w->add_option("shapes", warm.shapes, "Activation shapes N x C x spatial..., like 1x512x128x128");
+  w->add_option("--preset", warm.presets, "Built-in VAE: flux, sd3, sdxl, hunyuan-video (repeatable)");
+  w->add_option("--shapes-file", warm.shape_files, "JSON file of shapes (see the README)")->check(CLI::ExistingFile);
+  w->add_option("--dtype", warm.dtypes, "dtypes: bf16, fp16, fp32, or X:Y for x and y (default bf16,fp16)")
+      ->delimiter(',');
+  w->add_option("--groups", warm.groups, "Groups of the command-line shapes")->capture_default_str();
+  w->add_option("--resolution", warm.resolution, "Preset image size: 1024 or HEIGHTxWIDTH");
+  w->add_option("--frames", warm.preset.frames, "Preset video frames (4k + 1)");
+  w->add_option("--batch", warm.preset.batch, "Preset batch size")->capture_default_str();
+  w->add_option("--part", warm.preset.part, "Preset part: decoder, encoder or both")->capture_default_str();
+  w->add_flag("--retune", warm.retune, "Time the candidates again even for keys already cached");
+  w->add_flag("--compile-only", warm.compile_only, "Only compile kernels (as without a GPU)");
+  w->add_option("--arch", warm.archs, "Architectures to compile for without a GPU (default 90)")->delimiter(',');
+  w->add_option("--device", warm.device, "CUDA device ordinal")->capture_default_str();
+  w->add_flag("--quiet", warm.common.quiet, "No progress lines");
+  add_common(w, warm.common);
+
+  CompileOptions compile;
+  auto* c = app.add_subcommand("compile", "Compile every kernel variant into the cache (no GPU needed)");
+  c->footer(kExitCodesHelp);
+  c->add_option("--arch", compile.archs, "Compute capabilities like 90,100 (default: this machine's GPU)")
+      ->delimiter(',');
+  c->add_option("--dtype", compile.dtypes, "dtype pairs like bf16 or bf16:fp32 (default: all nine)")->delimiter(',');
+  c->add_option("--device", compile.device, "CUDA device ordinal (without --arch)")->capture_default_str();
+  c->add_flag("--quiet", compile.common.quiet, "No progress lines");
+  add_common(c, compile.common);
+
+  Common list;
+  auto* l = app.add_subcommand("list", "The tuned entries of a cache: keys, winners, speedup, age");
+  l->footer(kExitCodesHelp);
+  add_common(l, list);
+
+  ShowOptions show;
+  auto* s = app.add_subcommand("show", "One entry with every candidate's timing");
+  s->footer(kExitCodesHelp);
+  s->add_option("id", show.id, "Row number from list")->required();
+  add_common(s, show.common);
+
+  TransferOptions exp;
+  auto* e = app.add_subcommand("export", "Write the cache as a portable file for identical machines");
+  e->footer(kExitCodesHelp);
+  e->add_option("file", exp.file, "Output file (JSON)")->required();
+  e->add_flag("--no-kernels", exp.no_kernels, "Leave the compiled kernels out");
+  add_common(e, exp.common);
+
+  TransferOptions imp;
+  auto* i = app.add_subcommand("import", "Add an exported file (or another cache file) to the cache");
+  i->footer(std::string("Entries must be for this GPU (name, architecture, SMs, memory, L2) and this kernel version; "
+                        "otherwise nothing is imported (exit 4) unless --skip-mismatched or --force. Conflicts keep "
+                        "the better-measured entry.\n") +
+            kExitCodesHelp);
+  i->add_option("file", imp.file, "Export file or SQLite cache file")->required();
+  i->add_flag("--force", imp.force, "Import mismatching entries too (and import without a GPU to check against)");
+  i->add_flag("--skip-mismatched", imp.skip_mismatched, "Import the entries that fit, skip the others");
+  i->add_flag("--dry-run", imp.dry_run, "Report what would change, change nothing");
+  i->add_flag("--no-kernels", imp.no_kernels, "Leave the compiled kernels out");
+  i->add_option("--device", imp.device, "CUDA device ordinal to check against")->capture_default_str();
+  add_common(i, imp.common);
+
+  TransferOptions merge;
+  auto* m = app.add_subcommand("merge", "Merge cache and export files into one (no device check)");
+  m->footer(std::string("OUTPUT ending in .json is written anew as an export file; otherwise it is a cache file "
+                        "merged into (created if missing). Conflicts keep the better-measured entry: more "
+                        "candidates timed, then lower relative noise, then newer.\n") +
+            kExitCodesHelp);
+  m->add_option("output", merge.file, "Output: file.json (export) or a cache file")->required();
+  m->add_option("inputs", merge.inputs, "Export or cache files")->required();
+  m->add_flag("--no-kernels", merge.no_kernels, "Leave the compiled kernels out");
+  m->add_flag("--json", merge.common.json, "Print one JSON document on stdout instead of text");
+
+  VerifyOptions verify;
+  auto* v = app.add_subcommand("verify", "Re-time the cached winners on this GPU and report drift");
+  v->footer(kExitCodesHelp);
+  v->add_option("--tolerance", verify.tolerance, "Drift reported beyond this fraction")->capture_default_str();
+  v->add_option("--samples", verify.samples, "Timed runs of the winner and of the default")->capture_default_str();
+  v->add_flag("--strict", verify.strict, "Exit 6 when an entry drifted beyond the tolerance");
+  v->add_option("--device", verify.device, "CUDA device ordinal")->capture_default_str();
+  v->add_flag("--quiet", verify.common.quiet, "No progress lines");
+  add_common(v, verify.common);
+
+  TransferOptions prune;
+  auto* p = app.add_subcommand("prune", "Drop entries and kernels no current kernel version can use");
+  p->footer(kExitCodesHelp);
+  p->add_flag("--dry-run", prune.dry_run, "Report what would be removed, remove nothing");
+  add_common(p, prune.common);
+
+  ReportOptions report;
+  auto* r = app.add_subcommand("report", "An HTML page or SVG image charting every candidate's time per key");
+  r->footer(kExitCodesHelp);
+  r->add_option("output", report.output, "Output file (.html or .svg)")->required();
+  r->add_option("--format", report.format, "html or svg (default: from the file name)");
+  add_common(r, report.common);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& err) {  // --help, --help-all, --version
+    return app.exit(err);
+  } catch (const CLI::ParseError& err) {
+    std::fprintf(stderr, "gnsilu-tune: %s (see gnsilu-tune --help)\n", err.what());
+    return kUsage;
+  }
+
+  try {
+    if (*w) return run_warm(warm);
+    if (*c) return run_compile(compile);
+    if (*l) return run_list(list);
+    if (*s) return run_show(show);
+    if (*e) return run_export(exp);
+    if (*i) return run_import(imp);
+    if (*m) return run_merge(merge);
+    if (*v) return run_verify(verify);
+    if (*p) return run_prune(prune);
+    if (*r) return run_report(report);
+  } catch (const CliError& err) {
+    std::fprintf(stderr, "gnsilu-tune: %s\n", err.what());
+    return err.code();
+  } catch (const gnsilu::Error& err) {
+    std::fprintf(stderr, "gnsilu-tune: %s\n", err.what());
+    return kFailed;
+  } catch (const std::exception& err) {
+    std::fprintf(stderr, "gnsilu-tune: %s\n", err.what());
+    return kFailed;
+  }
+  return kUsage;
+}

@@ -1,0 +1,203 @@
+// Shapes to tune for: parsed from the command line, read from JSON files, or taken from the built-in VAE presets.
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "tune.hpp"
+
+namespace gnsilu::tune {
+namespace {
+
+int64_t parse_positive(const std::string& text, const std::string& what) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
+    throw CliError(kUsage, what + ": \"" + text + "\" is not a positive whole number");
+  }
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), nullptr, 10);
+  if (errno == ERANGE || v <= 0) throw CliError(kUsage, what + ": \"" + text + "\" is out of range");
+  return v;
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t at = text.find(sep, start);
+    parts.push_back(text.substr(start, at - start));
+    if (at == std::string::npos) return parts;
+    start = at + 1;
+  }
+}
+
+DType parse_dtype(const std::string& text) {
+  const DType d = cache::dtype_from_name(text);
+  if (d == DType::None) throw CliError(kUsage, "dtype \"" + text + "\" is not bf16, fp16 or fp32");
+  return d;
+}
+
+// A 2-D AutoencoderKL (Flux, SD3, SDXL): block channels 128, 256, 512, 512; the decoder's up blocks have three
+// resnets each, the first of which may change the channel count. Returns (channels, height divisor) pairs.
+using Level = std::tuple<int64_t, int64_t, int64_t>;  // channels, spatial divisor, frames (0: image)
+
+std::vector<Level> image_vae_levels(bool encoder, bool decoder) {
+  std::vector<Level> levels;
+  if (encoder) {
+    // down blocks at 1, 1/2, 1/4, 1/8: resnets of 128, 128->256, 256->512, 512; mid block and norm_out at 1/8.
+    levels.insert(levels.end(), {{128, 1, 0}, {128, 2, 0}, {256, 2, 0}, {256, 4, 0}, {512, 4, 0}, {512, 8, 0}});
+  }
+  if (decoder) {
+    // mid block and up block 0 at 1/8, up 1 at 1/4, up 2 (512->256) at 1/2, up 3 (256->128) and norm_out at 1.
+    levels.insert(levels.end(), {{512, 8, 0}, {512, 4, 0}, {512, 2, 0}, {256, 2, 0}, {256, 1, 0}, {128, 1, 0}});
+  }
+  return levels;
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_shape(const std::string& text) {
+  std::vector<int64_t> shape;
+  for (const auto& part : split(text, 'x')) shape.push_back(parse_positive(part, "shape " + text));
+  if (shape.size() < 2) throw CliError(kUsage, "shape " + text + ": needs at least N and C (like 1x512x128x128)");
+  return shape;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out;
+  for (auto d : shape) {
+    if (!out.empty()) out += 'x';
+    out += std::to_string(d);
+  }
+  return out;
+}
+
+DTypePair parse_dtype_pair(const std::string& text) {
+  const auto parts = split(text, ':');
+  if (parts.size() > 2) throw CliError(kUsage, "dtype \"" + text + "\": use X or X:Y (like bf16 or bf16:fp32)");
+  DTypePair p;
+  p.x = parse_dtype(parts[0]);
+  p.y = parts.size() == 2 ? parse_dtype(parts[1]) : p.x;
+  return p;
+}
+
+std::string pair_text(DType x, DType y) {
+  return x == y ? dtype_name(x) : std::string(dtype_name(x)) + ":" + dtype_name(y);
+}
+
+void parse_resolution(const std::string& text, int64_t& height, int64_t& width) {
+  const auto parts = split(text, 'x');
+  if (parts.size() > 2) throw CliError(kUsage, "resolution \"" + text + "\": use 1024 or HEIGHTxWIDTH");
+  height = parse_positive(parts[0], "resolution");
+  width = parts.size() == 2 ? parse_positive(parts[1], "resolution") : height;
+}
+
+std::vector<std::string> preset_names() { return {"flux", "sd3", "sdxl", "hunyuan-video"}; }
+
+std::vector<ShapeRequest> preset_shapes(const std::string& name, const PresetOptions& o) {
+  const auto names = preset_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    throw CliError(kUsage, "preset \"" + name + "\" is unknown (presets: " + list + ")");
+  }
+  if (o.part != "decoder" && o.part != "encoder" && o.part != "both") {
+    throw CliError(kUsage, "--part must be decoder, encoder or both, not \"" + o.part + "\"");
+  }
+  const bool encoder = o.part != "decoder", decoder = o.part != "encoder";
+  const bool video = name == "hunyuan-video";
+  const int64_t height = o.height ? o.height : (video ? 720 : 1024);
+  const int64_t width = o.width ? o.width : (video ? 1280 : 1024);
+  if (height % 8 != 0 || width % 8 != 0) {
+    throw CliError(kUsage, "preset " + name + ": the resolution must be a multiple of 8 (the VAE's downsampling)");
+  }
+  std::vector<ShapeRequest> out;
+  auto add = [&](std::vector<int64_t> shape, const std::string& part) {
+    ShapeRequest r;
+    r.shape = std::move(shape);
+    r.groups = 32;
+    r.origin = name + " " + part;
+    out.push_back(std::move(r));
+  };
+  if (!video) {
+    if (o.frames > 1) throw CliError(kUsage, "preset " + name + " is an image VAE: --frames does not apply");
+    for (const auto& [c, div, unused] : image_vae_levels(encoder, false)) add({o.batch, c, height / div, width / div}, "encoder");
+    for (const auto& [c, div, unused] : image_vae_levels(false, decoder)) add({o.batch, c, height / div, width / div}, "decoder");
+    return out;
+  }
+  // Hunyuan Video's causal 3-D VAE: the same channels, 8x spatial and 4x temporal compression (time halves at
+  // the second and third down blocks, keeping the first frame: F -> (F - 1) / 2 + 1).
+  const int64_t frames = o.frames ? o.frames : 33;
+  if ((frames - 1) % 4 != 0) throw CliError(kUsage, "preset hunyuan-video: --frames must be 4k + 1 (like 33 or 129)");
+  const int64_t f1 = (frames - 1) / 2 + 1, f2 = (frames - 1) / 4 + 1;
+  const std::vector<Level> enc = {{128, 1, frames}, {128, 2, frames}, {256, 2, frames}, {256, 4, f1},
+                                  {512, 4, f1},     {512, 8, f2}};
+  const std::vector<Level> dec = {{512, 8, f2}, {512, 4, f2}, {512, 2, f1}, {256, 2, f1},
+                                  {256, 1, frames}, {128, 1, frames}};
+  if (encoder) for (const auto& [c, div, f] : enc) add({o.batch, c, f, height / div, width / div}, "encoder");
+  if (decoder) for (const auto& [c, div, f] : dec) add({o.batch, c, f, height / div, width / div}, "decoder");
+  return out;
+}
+
+std::vector<ShapeRequest> shapes_from_json(const std::string& path, const std::vector<DTypePair>& default_pairs) {
+  std::ifstream in(path);
+  if (!in) throw CliError(kBadInput, path + ": cannot be opened");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  if (doc.is_discarded()) throw CliError(kBadInput, path + ": is not JSON");
+  const nlohmann::json* items = &doc;
+  if (doc.is_object()) {
+    auto it = doc.find("shapes");
+    if (it == doc.end()) throw CliError(kBadInput, path + ": has no \"shapes\" array");
+    items = &*it;
+  }
+  if (!items->is_array()) throw CliError(kBadInput, path + ": \"shapes\" is not an array");
+  std::vector<ShapeRequest> out;
+  for (std::size_t i = 0; i < items->size(); ++i) {
+    const auto& item = (*items)[i];
+    const std::string where = path + " item " + std::to_string(i);
+    ShapeRequest base;
+    base.origin = path + "[" + std::to_string(i) + "]";
+    std::vector<DTypePair> pairs = default_pairs;
+    try {
+      if (item.is_string()) {
+        base.shape = parse_shape(item.get<std::string>());
+      } else if (item.is_object() && item.contains("shape") && item["shape"].is_array()) {
+        for (const auto& d : item["shape"]) {
+          if (!d.is_number_integer() || d.get<int64_t>() <= 0) throw CliError(kBadInput, "shape sizes must be positive integers");
+          base.shape.push_back(d.get<int64_t>());
+        }
+        if (base.shape.size() < 2) throw CliError(kBadInput, "shape needs at least N and C");
+        if (item.contains("groups")) {
+          if (!item["groups"].is_number_integer() || item["groups"].get<int64_t>() <= 0)
+            throw CliError(kBadInput, "groups must be a positive integer");
+          base.groups = item["groups"].get<int64_t>();
+        }
+        if (item.contains("dtypes")) {
+          if (!item["dtypes"].is_array()) throw CliError(kBadInput, "dtypes must be an array of strings");
+          pairs.clear();
+          for (const auto& d : item["dtypes"]) {
+            if (!d.is_string()) throw CliError(kBadInput, "dtypes must be an array of strings");
+            pairs.push_back(parse_dtype_pair(d.get<std::string>()));
+          }
+        }
+      } else {
+        throw CliError(kBadInput, "is neither \"NxCxHxW\" nor an object with a \"shape\" array");
+      }
+    } catch (const CliError& e) {
+      throw CliError(kBadInput, where + ": " + e.what());
+    }
+    for (const auto& p : pairs) {
+      ShapeRequest r = base;
+      r.x = p.x;
+      r.y = p.y;
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
+}
+
+}  // namespace gnsilu::tune

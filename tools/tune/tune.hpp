@@ -1,0 +1,113 @@
+// gnsilu-tune: what the subcommands share. Exit codes (documented in --help and the README), the error that
+// carries one, the cache file a command works on, and output helpers (JSON on stdout, a progress line on a
+// terminal, plain lines when piped).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "entries.hpp"
+#include "gnsilu/gnsilu.hpp"
+
+namespace gnsilu::tune {
+
+enum Exit : int {
+  kOk = 0,
+  kFailed = 1,     // a GPU, driver or compiler failure, or a key that could not be tuned
+  kUsage = 2,      // bad command-line arguments
+  kBadInput = 3,   // an input file or cache file that cannot be read or used
+  kRefused = 4,    // import refused: device or kernel version mismatch (see --force / --skip-mismatched)
+  kNoGpu = 5,      // the command needs a GPU and there is none
+  kDrift = 6,      // verify --strict: a cached winner's time moved by more than the tolerance
+};
+
+constexpr const char* kExitCodesHelp =
+    "Exit codes: 0 success, 1 GPU/driver/compiler failure or a key not tuned, 2 bad arguments, 3 unreadable or "
+    "unusable input or cache file, 4 import refused (device or kernel version mismatch), 5 no GPU, 6 drift "
+    "beyond the tolerance (verify --strict).";
+
+// A failure that ends the command with `code` and one line on stderr.
+class CliError : public std::runtime_error {
+ public:
+  CliError(int code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  int code() const { return code_; }
+
+ private:
+  int code_;
+};
+
+// One activation to tune for: shape (N, C, *spatial), groups and the dtype pair.
+struct ShapeRequest {
+  std::vector<int64_t> shape;
+  int64_t groups = 32;
+  DType x = DType::BF16;
+  DType y = DType::BF16;
+  std::string origin;  // "command line", "flux decoder", "shapes.json[3]"
+};
+
+struct DTypePair {
+  DType x = DType::BF16;
+  DType y = DType::BF16;
+};
+
+// "1x512x128x128" (throws CliError(kUsage) naming the text).
+std::vector<int64_t> parse_shape(const std::string& text);
+std::string shape_text(const std::vector<int64_t>& shape);
+// "bf16" or "bf16:fp32" (x:y).
+DTypePair parse_dtype_pair(const std::string& text);
+std::string pair_text(DType x, DType y);
+// "1024" or "720x1280" (height x width).
+void parse_resolution(const std::string& text, int64_t& height, int64_t& width);
+
+struct PresetOptions {
+  int64_t height = 0;  // 0: the preset's default
+  int64_t width = 0;
+  int64_t frames = 0;  // video presets; 0: the preset's default
+  int64_t batch = 1;
+  std::string part = "both";  // decoder | encoder | both
+};
+
+// The names of the built-in presets, and the GroupNorm+SiLU inputs of a preset's VAE (groups 32), without
+// dtypes. Throws CliError(kUsage) for an unknown name or options that do not fit it.
+std::vector<std::string> preset_names();
+std::vector<ShapeRequest> preset_shapes(const std::string& name, const PresetOptions& options);
+
+// Shapes from a JSON file: {"shapes": [...]} or a top-level array; each item "1x512x64x64" or
+// {"shape": [1, 512, 64, 64], "groups": 32, "dtypes": ["bf16", "fp16:fp32"]}. Items without dtypes get
+// `default_pairs`. Throws CliError(kBadInput) naming the file and the item.
+std::vector<ShapeRequest> shapes_from_json(const std::string& path, const std::vector<DTypePair>& default_pairs);
+
+// The cache file a command works on: --cache, else GNSILU_CACHE, else the default user file.
+std::string cache_path(const std::string& option);
+
+// JSON of a key and of a launch configuration (list, show, warm --json).
+nlohmann::json key_json(const cache::TuningKey& key);
+nlohmann::json config_json(const LaunchConfig& config);
+std::string config_text(const LaunchConfig& config);  // "e16 w8 s1 p4"
+std::string key_text(const cache::TuningKey& key);   // "NVIDIA H200 sm90 | cpg16 bf16>bf16 | dram-split"
+
+// Progress over a known number of steps: a redrawn bar with ETA on a terminal (stderr), plain lines when piped.
+// Silent when `enabled` is false.
+class Progress {
+ public:
+  Progress(std::size_t total, bool enabled);
+  ~Progress();
+  void step(const std::string& line);  // one step done; `line` says what happened
+  void note(const std::string& line);  // a line that is not a step
+
+ private:
+  void draw(const std::string& current);
+  std::size_t total_;
+  std::size_t done_ = 0;
+  bool enabled_;
+  bool terminal_;
+  double started_;
+};
+
+// Prints `rows` as an aligned text table (first row: the header) to stdout.
+void print_table(const std::vector<std::vector<std::string>>& rows);
+
+}  // namespace gnsilu::tune
