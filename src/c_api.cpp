@@ -1,6 +1,7 @@
 // The C API: each function calls the C++ API, turns exceptions into status codes and keeps the message for
 // gnsilu_last_error() in a thread-local string. Nothing escapes as an exception.
 #include <algorithm>
+#include <cstring>
 #include <new>
 #include <vector>
 #include <string>
@@ -34,6 +35,16 @@ gnsilu_status guarded(F&& body) noexcept {
   }
 }
 
+// A C caller (ctypes, ...) may pass any int where the header names an enum: valid C, but in C++ reading a value
+// outside the enum's range as that enum is undefined behaviour. Read the int; validation rejects unknown codes.
+template <typename E>
+int code_of(const E& value) {
+  static_assert(sizeof(E) == sizeof(int));
+  int code;
+  std::memcpy(&code, &value, sizeof code);
+  return code;
+}
+
 std::span<const int64_t> shape_span(const int64_t* shape, int ndim) {
   if (ndim < 0) throw gnsilu::Error(gnsilu::Status::InvalidArgument, "gnsilu: invalid argument 'ndim': is negative");
   if (shape == nullptr && ndim > 0) {
@@ -53,15 +64,15 @@ gnsilu_status gnsilu_group_norm_silu(const void* x, gnsilu_dtype x_dtype, void* 
   return guarded([&] {
     gnsilu::Problem p;
     p.x = x;
-    p.x_dtype = static_cast<gnsilu::DType>(x_dtype);
+    p.x_dtype = static_cast<gnsilu::DType>(code_of(x_dtype));
     p.y = y;
-    p.y_dtype = static_cast<gnsilu::DType>(y_dtype);
+    p.y_dtype = static_cast<gnsilu::DType>(code_of(y_dtype));
     p.shape = shape_span(shape, ndim);
     p.num_groups = num_groups;
     p.weight = weight;
-    p.weight_dtype = static_cast<gnsilu::DType>(weight_dtype);
+    p.weight_dtype = static_cast<gnsilu::DType>(code_of(weight_dtype));
     p.bias = bias;
-    p.bias_dtype = static_cast<gnsilu::DType>(bias_dtype);
+    p.bias_dtype = static_cast<gnsilu::DType>(code_of(bias_dtype));
     p.eps = eps;
     gnsilu::group_norm_silu(p, stream, {workspace, workspace_bytes});
   });
@@ -83,7 +94,7 @@ gnsilu_status gnsilu_release_workspaces(void) {
 }
 
 gnsilu_status gnsilu_set_tune_policy(gnsilu_tune_policy policy) {
-  return guarded([&] { gnsilu::set_tune_policy(static_cast<gnsilu::TunePolicy>(policy)); });
+  return guarded([&] { gnsilu::set_tune_policy(static_cast<gnsilu::TunePolicy>(code_of(policy))); });
 }
 
 gnsilu_status gnsilu_set_cache_paths(const char* user_path, const char* shared_paths) {
@@ -105,7 +116,7 @@ gnsilu_status gnsilu_set_cache_paths(const char* user_path, const char* shared_p
 const char* gnsilu_last_error(void) { return last_error.c_str(); }
 
 const char* gnsilu_status_name(gnsilu_status status) {
-  switch (status) {
+  switch (code_of(status)) {
     case GNSILU_SUCCESS: return "GNSILU_SUCCESS";
     case GNSILU_ERROR_INVALID_ARGUMENT: return "GNSILU_ERROR_INVALID_ARGUMENT";
     case GNSILU_ERROR_NO_DRIVER: return "GNSILU_ERROR_NO_DRIVER";

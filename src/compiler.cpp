@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "errors.hpp"
+#include "faults.hpp"
 #include "kernel_sources.hpp"
 
 namespace gnsilu::detail {
@@ -112,6 +113,7 @@ CompiledProgram compile(const CompileRequest& request) {
 
   std::vector<std::string> options = fixed_options(target, out.is_cubin);
   options.insert(options.end(), request.extra_options.begin(), request.extra_options.end());
+  if (take_fault(Fault::Compile)) options.push_back("--gnsilu-injected-fault");
   std::vector<const char*> option_ptrs;
   for (const auto& o : options) option_ptrs.push_back(o.c_str());
   out.options = join(options);

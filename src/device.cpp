@@ -124,4 +124,10 @@ void check_device_range(const char* name, const void* pointer, std::size_t bytes
   }
 }
 
+uint64_t context_id(CUcontext context) {
+  unsigned long long id = 0;
+  GNSILU_CU(driver().cuCtxGetId(context, &id));
+  return id;
+}
+
 }  // namespace gnsilu::detail

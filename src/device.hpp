@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace gnsilu::detail {
@@ -41,6 +42,10 @@ class ContextScope {
   CUdevice device_ = 0;
   bool pushed_ = false;
 };
+
+// A context's process-unique ID (cuCtxGetId): unlike the CUcontext handle, never reused by a context created
+// after another was destroyed, so it keys what the library keeps per context (modules, workspaces).
+uint64_t context_id(CUcontext context);
 
 struct Range {
   const void* begin = nullptr;

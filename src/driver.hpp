@@ -27,6 +27,7 @@ namespace gnsilu::detail {
   X(cuCtxPushCurrent_v2, "cuCtxPushCurrent_v2")                                   \
   X(cuCtxPopCurrent_v2, "cuCtxPopCurrent_v2")                                     \
   X(cuCtxGetDevice, "cuCtxGetDevice")                                             \
+  X(cuCtxGetId, "cuCtxGetId")                                                     \
   X(cuCtxSynchronize, "cuCtxSynchronize")                                         \
   X(cuModuleLoadData, "cuModuleLoadData")                                         \
   X(cuModuleUnload, "cuModuleUnload")                                             \

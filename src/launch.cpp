@@ -2,6 +2,7 @@
 
 #include "driver.hpp"
 #include "errors.hpp"
+#include "faults.hpp"
 #include "kernels.hpp"
 #include "modules.hpp"
 #include "workspace.hpp"
@@ -14,7 +15,8 @@ void launch_kernel(const Driver& d, CUfunction f, unsigned blocks, unsigned thre
   if (blocks == 0) return;
   kernel::Params copy = params;
   void* args[] = {&copy};
-  const CUresult r = d.cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, 0, stream, args, nullptr);
+  const CUresult r = take_fault(Fault::Launch) ? CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+                                               : d.cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, 0, stream, args, nullptr);
   if (r != CUDA_SUCCESS) throw_cuda(r, what, __FILE__, __LINE__);
 }
 

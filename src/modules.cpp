@@ -54,7 +54,8 @@ struct Registry {
   std::mutex mutex;
   // One entry per (arch, code): the first caller compiles (outside the lock), the others wait on its future.
   std::map<std::tuple<int, CodeKey>, ProgramFuture> programs;
-  std::map<std::tuple<CUcontext, CodeKey>, std::unique_ptr<LoadedModule>> modules;
+  // Keyed by context ID: a destroyed context's handle may come back for a new context, its modules may not.
+  std::map<std::tuple<uint64_t, CodeKey>, std::unique_ptr<LoadedModule>> modules;
 };
 
 // Never destroyed: modules outlive static destruction, where the driver may already be gone.
@@ -126,7 +127,7 @@ const CompiledProgram& compiled_for(int arch, const Variant& variant) {
 
 const LoadedModule& kernels_for(CUcontext context, const DeviceInfo& device, const Variant& variant) {
   Registry& r = registry();
-  const auto key = std::make_tuple(context, code_key(variant));
+  const auto key = std::make_tuple(context_id(context), code_key(variant));
   {
     std::lock_guard lock(r.mutex);
     auto it = r.modules.find(key);

@@ -40,8 +40,10 @@ Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups) {
     throw_invalid("num_groups", std::to_string(num_groups) + " does not divide C = " + std::to_string(g.c));
   }
   g.g = num_groups;
-  // Products must fit comfortably in int64 (element counts and byte offsets of 4-byte elements).
-  constexpr int64_t limit = std::numeric_limits<int64_t>::max() / 8;
+  // Products must fit comfortably in int64 and size_t: element counts, byte offsets of 4-byte elements, and the
+  // workspace (about 48 bytes per element when every group is one element): at most 2^57 elements, and at most
+  // as many (sample, channel) rows even when a spatial size is 0.
+  constexpr int64_t limit = int64_t{1} << 57;
   int64_t s = 1;
   for (std::size_t i = 2; i < shape.size(); ++i) {
     if (shape[i] != 0 && s > limit / shape[i]) throw_invalid("shape", "the tensor has too many elements");
@@ -51,6 +53,7 @@ Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups) {
   if (g.c != 0 && s > limit / g.c) throw_invalid("shape", "the tensor has too many elements");
   const int64_t per_sample = g.c * s;
   if (g.n != 0 && per_sample > limit / g.n) throw_invalid("shape", "the tensor has too many elements");
+  if (g.n != 0 && g.c > limit / g.n) throw_invalid("shape", "the tensor has too many rows (N * C)");
   g.numel = g.n * per_sample;
   g.channels_per_group = g.c / g.g;
   g.group_length = g.channels_per_group * s;

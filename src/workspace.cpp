@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "device.hpp"
 #include "driver.hpp"
 #include "errors.hpp"
 #include "log.hpp"
@@ -61,7 +62,7 @@ namespace {
 
 struct Workspaces {
   std::mutex mutex;
-  std::map<std::pair<CUcontext, CUstream>, DeviceBuffer> per_stream;
+  std::map<std::pair<uint64_t, CUstream>, DeviceBuffer> per_stream;  // by context ID (device.hpp)
   std::vector<DeviceBuffer> captured;  // owned by graphs that may still be replayed
 };
 
@@ -80,7 +81,7 @@ void* internal_workspace(CUcontext context, CUstream stream, std::size_t bytes, 
     logger().debug("allocated a {}-byte workspace for a call under graph capture", bytes);
     return reinterpret_cast<void*>(w.captured.back().get());
   }
-  DeviceBuffer& buffer = w.per_stream[{context, stream}];
+  DeviceBuffer& buffer = w.per_stream[{context_id(context), stream}];
   if (buffer.size() < bytes) {
     const std::size_t previous = buffer.size();
     if (buffer.get() != 0) GNSILU_CU(driver().cuStreamSynchronize(stream));  // earlier work may still use it

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GPU test suite and the benchmarks on a machine with a GPU, from a build folder made elsewhere (the
 # build travels; the tests are run directly because ctest's files hold the build machine's paths). Logs go
-# under $OUT (default /tmp/gnsilu-gpu); a summary is printed last. Usage: gpu_tests.sh [build] [tests|bench|all]
+# under $OUT (default /tmp/gnsilu-gpu); a summary is printed last.
+# Usage: gpu_tests.sh [build] [tests|system|sanitize|python|bench|profile|all]
 set -u
 build=${1:-build}
 what=${2:-all}
@@ -28,6 +29,35 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   grep -E "MESSAGE|ERROR|FAIL|test cases|assertions|Status" "$out/test_gpu.log" | cut -c1-300 | tail -40
   tail -3 "$out/precision.log"
   cat "$out/run.log"
+fi
+if [ "$what" = system ] || [ "$what" = all ]; then
+  step "test_system (threads, contexts, GPUs)" system.log "$build/tests/test_system"
+  step "test_soak (100,000 calls)" soak.log "$build/tests/test_soak"
+  step "tune_cli_gpu.sh (gnsilu-tune)" tune_cli.log bash tests/gpu/tune_cli_gpu.sh "$build" "$out/tune-cli"
+  grep -E "MESSAGE|ERROR|FAIL|device [0-9]|test cases|assertions|Status|SKIPPED" "$out/system.log" | cut -c1-300 | tail -40
+  tail -2 "$out/soak.log"
+  cat "$out/tune_cli.log"
+fi
+if [ "$what" = sanitize ]; then
+  # compute-sanitizer's four tools over 2,000 random soak calls and test_gpu's in-place, workspace, graph and
+  # bad-argument cases.
+  for tool in memcheck racecheck initcheck synccheck; do
+    step "compute-sanitizer $tool (soak)" "sanitize-$tool-soak.log" env GNSILU_SOAK_CALLS=2000 \
+      compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/test_soak"
+    step "compute-sanitizer $tool (test_gpu)" "sanitize-$tool-gpu.log" compute-sanitizer --tool "$tool" \
+      --error-exitcode 9 "$build/tests/test_gpu" -tc="in place*,a call captured*,bad arguments*"
+    grep -hE "ERROR SUMMARY|PASSED|FAILED|test cases" "$out/sanitize-$tool-soak.log" "$out/sanitize-$tool-gpu.log"
+  done
+fi
+if [ "$what" = python ] || [ "$what" = all ]; then
+  step "python/tests/test_gpu.py" python.log env GNSILU_LIBRARY="$build/libgnsilu.so" PYTHONPATH=python \
+    PYTHONUNBUFFERED=1 python3 python/tests/test_gpu.py
+  tail -30 "$out/python.log"
+fi
+if [ "$what" = peers ]; then
+  step "tools/bench_peers.py" peers.log env GNSILU_LIBRARY="$build/libgnsilu.so" PYTHONPATH=python \
+    PYTHONUNBUFFERED=1 python3 tools/bench_peers.py --json "$out/peers.json"
+  cat "$out/peers.log"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   rm -f /tmp/gnsilu-cache/cold.sqlite*

@@ -1,0 +1,316 @@
+"""Proof, from a block's source code, that its GroupNorm output only ever goes straight into a SiLU.
+
+gnsilu.torch.swap_group_norm_silu replaces such a GroupNorm attribute (say `norm1`) with a module computing
+silu(group_norm(x)) that marks its output, and the SiLU attribute (say `nonlinearity`) with one that passes a
+marked tensor through unchanged and applies SiLU to anything else. The result stays the same (up to gnsilu's
+rounding) provided every value the new `norm1` returns is handed at once to that SiLU and to nothing else.
+This module proves that with Python's ast, for the code as written (no torch.fx, no tracing), or gives up.
+
+A use of `self.norm` counts as proven when it is
+  - `self.act(self.norm(e))` (one argument each, anywhere), or
+  - `v = self.norm(e)` in forward whose next statement is `v = self.act(v)` or `return self.act(v)`. "Next" follows
+    the control flow: past the end of an if/else branch to the statement after it, and past an `if` whose test the
+    block's current configuration decides (`self.kind == "default"`, `self.up is None`, `x is not None and ...`),
+    whose dead branch is then ignored. Such tests must be pure: identity tests and comparisons of plain
+    attributes with constants only, nothing that calls code or reads tensor values;
+or it is harmless: a read of a GroupNorm attribute (`self.norm.weight`, `.eps`, ...), or a call with other than
+one argument (a TypeError either way).
+A norm is swapped when it has a proven use and no other use in any method of the block's classes (up to `base`,
+and except __init__). Nothing is swapped when the code cannot be read or checked: source unavailable, methods
+not from that source, decorated methods (other than property/staticmethod/classmethod), `self` used other than
+as `self.attr` (or in type/isinstance/id/super), dynamic access (self.__dict__, self._modules, self.children(),
+...), a method assigning or deleting the SiLU attribute, or lambdas in the class body.
+
+Limits (stated in python/README.md): the configuration attributes read to decide an `if` must not change after
+the swap; code outside the block's classes that calls block.norm directly is not seen; F.silu(...) calls are not
+recognised (only SiLU modules held as attributes can be told to pass a tensor through).
+"""
+import ast
+import functools
+import inspect
+import os
+import textwrap
+import types
+
+UNKNOWN = object()  # what lookup() returns for an attribute that is not a plain instance attribute
+
+_PLAIN = (str, int, float, bool, type(None))
+_GROUP_NORM_ATTRIBUTES = {"weight", "bias", "num_groups", "num_channels", "eps", "affine", "training"}
+_DYNAMIC = {"__dict__", "_modules", "children", "named_children", "modules", "named_modules", "apply", "_apply",
+            "get_submodule", "__getattr__", "__getattribute__", "__setattr__"}
+_SELF_ALLOWED_IN = {"type", "isinstance", "id", "super"}
+_DECORATORS = {"property", "staticmethod", "classmethod", "setter", "getter", "deleter"}
+_OPEN = object()  # a pure test whose value is not known
+_IMPURE = object()  # a test whose evaluation may call code or read tensor values
+
+
+class _Refuse(Exception):
+    """The class's code cannot be checked; nothing of it is swapped."""
+
+
+@functools.lru_cache(maxsize=None)
+def _class_source(cls):
+    """(ClassDef node, file name, first line, last line) of cls, or None when its source is not available."""
+    try:
+        lines, first = inspect.getsourcelines(cls)
+        filename = os.path.realpath(inspect.getsourcefile(cls))
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.ClassDef):
+        return None
+    return tree.body[0], filename, first, first + len(lines) - 1
+
+
+def _functions_of(value):
+    """The plain functions behind a class attribute (a method, staticmethod, classmethod or property)."""
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, property):
+        return [f for f in (value.fget, value.fset, value.fdel) if f is not None]
+    return [value] if isinstance(value, types.FunctionType) else []
+
+
+def _methods(cls):
+    """[(FunctionDef, absolute line of its first line)] of cls, after checking that cls's functions are these."""
+    source = _class_source(cls)
+    if source is None:
+        raise _Refuse(f"no source for {cls.__qualname__}")
+    node, filename, first, last = source
+    for value in vars(cls).values():
+        for function in _functions_of(value):
+            code = function.__code__
+            if os.path.realpath(code.co_filename) != filename or not first <= code.co_firstlineno <= last:
+                raise _Refuse(f"{cls.__qualname__}.{function.__name__} is not the code in its class's source")
+    methods = []
+    for statement in node.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for decorator in statement.decorator_list:
+                name = decorator.attr if isinstance(decorator, ast.Attribute) else getattr(decorator, "id", None)
+                if name not in _DECORATORS:
+                    raise _Refuse(f"{cls.__qualname__}.{statement.name} is decorated")
+            methods.append((statement, first + statement.lineno - 1))
+        elif any(isinstance(n, ast.Lambda) for n in ast.walk(statement)):
+            raise _Refuse(f"{cls.__qualname__} has a lambda in its class body")
+    return methods
+
+
+def _self_name(function):
+    if any(getattr(d, "id", None) in ("staticmethod", "classmethod") for d in function.decorator_list):
+        return None
+    positional = function.args.posonlyargs + function.args.args
+    return positional[0].arg if positional else None
+
+
+def _self_attribute(node, self_name, names):
+    """The attribute name when node is `self.<name>` with name in names, else None."""
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == self_name
+            and node.attr in names):
+        return node.attr
+    return None
+
+
+def _single_call(node, self_name, names):
+    """The attribute name when node is `self.<name>(one positional argument)` with name in names, else None."""
+    if (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords
+            and not isinstance(node.args[0], ast.Starred)):
+        return _self_attribute(node.func, self_name, names)
+    return None
+
+
+class _Tests:
+    """Decides `if` tests from the block's plain attributes (three-valued, with purity)."""
+
+    def __init__(self, self_name, lookup):
+        self.self_name = self_name
+        self.lookup = lookup
+
+    def decide(self, test):
+        """True or False when the test is pure and the configuration decides it, else None."""
+        value = self._truth(test)
+        return value if isinstance(value, bool) else None
+
+    def _operand(self, node):
+        """(True, value) when known, (False, _OPEN) when pure but unknown, (False, _IMPURE) otherwise."""
+        if isinstance(node, ast.Constant):
+            return True, node.value
+        if isinstance(node, ast.Name):
+            return False, _OPEN
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == self.self_name:
+            value = self.lookup(node.attr)
+            return (False, _IMPURE) if value is UNKNOWN else (True, value)
+        return False, _IMPURE
+
+    def _truth(self, node):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            value = self._truth(node.operand)
+            return (not value) if isinstance(value, bool) else value
+        if isinstance(node, ast.BoolOp):
+            parts = [self._truth(v) for v in node.values]
+            if _IMPURE in parts:
+                return _IMPURE
+            decisive = isinstance(node.op, ast.Or)  # the value that ends the evaluation
+            if decisive in parts:
+                return decisive
+            return (not decisive) if all(isinstance(p, bool) for p in parts) else _OPEN
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            (left_known, left), (right_known, right) = self._operand(node.left), self._operand(node.comparators[0])
+            op = node.ops[0]
+            if left is _IMPURE or right is _IMPURE:
+                return _IMPURE
+            if isinstance(op, (ast.Is, ast.IsNot)):  # identity: pure for any operands
+                if left_known and right_known and (left is None or right is None):
+                    return (left is right) == isinstance(op, ast.Is)
+                return _OPEN
+            if isinstance(op, (ast.Eq, ast.NotEq)) and left_known and right_known and \
+                    type(left) in _PLAIN and type(right) in _PLAIN:
+                return (left == right) == isinstance(op, ast.Eq)
+            return _IMPURE
+        known, value = self._operand(node)
+        if known and type(value) in _PLAIN:
+            return bool(value)
+        return _IMPURE  # truth of a tensor, module or unknown value may run code
+
+
+def _statement_bodies(statement):
+    """The statement lists inside a compound statement other than `if` (loops, with, try, match)."""
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return  # a nested scope: its uses are found (and not proven) by the scan of all nodes
+    for _, value in ast.iter_fields(statement):
+        if isinstance(value, list):
+            for item in value:
+                if isinstance(item, ast.stmt):
+                    yield value
+                    break
+                if hasattr(item, "body") and isinstance(item.body, list):  # except handlers, match cases
+                    yield item.body
+
+
+def _forward_pairs(function, self_name, norms, acts, tests):
+    """({id(norm Call): act} for `v = self.norm(e)` followed by `v = self.act(v)`, ids of dead nodes)."""
+    proven, dead = {}, set()
+
+    def live(statements):
+        result = []
+        for statement in statements:
+            taken = tests.decide(statement.test) if isinstance(statement, ast.If) else None
+            if taken is None:
+                result.append(statement)
+                continue
+            kept, dropped = (statement.body, statement.orelse) if taken else (statement.orelse, statement.body)
+            dead.update(id(n) for s in dropped for n in ast.walk(s))
+            result.extend(live(kept))
+        return result
+
+    def act_of(statement, variable):
+        """The act when statement is `variable = self.act(variable)` or `return self.act(variable)`."""
+        if isinstance(statement, ast.Assign):
+            if len(statement.targets) != 1 or not isinstance(statement.targets[0], ast.Name) or \
+                    statement.targets[0].id != variable:
+                return None
+        elif not isinstance(statement, ast.Return):
+            return None
+        act = _single_call(statement.value, self_name, acts)
+        argument = statement.value.args[0] if act else None
+        return act if isinstance(argument, ast.Name) and argument.id == variable else None
+
+    def walk(statements, after):
+        statements = live(statements)
+        for i, statement in enumerate(statements):
+            following = statements[i + 1] if i + 1 < len(statements) else after
+            if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                    and isinstance(statement.targets[0], ast.Name)
+                    and _single_call(statement.value, self_name, norms) and following is not None):
+                act = act_of(following, statement.targets[0].id)
+                if act:
+                    proven[id(statement.value)] = act
+            if isinstance(statement, ast.If):
+                walk(statement.body, following)
+                walk(statement.orelse, following)
+            else:
+                for body in _statement_bodies(statement):
+                    walk(body, None)  # loop bodies go back to their header, try bodies to handlers: unknown
+
+    walk(function.body, None)
+    return proven, dead
+
+
+def _scan(function, self_name, norms, acts, proven, dead, found, unproven):
+    """Classifies every use of self.<norm> in function: found[norm] gets the acts of proven uses, unproven the rest."""
+    parents = {}
+    stack = [function]
+    while stack:
+        node = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if id(child) not in dead:
+                parents[id(child)] = node
+                stack.append(child)
+        if node is function:
+            continue
+        parent = parents[id(node)]
+        if isinstance(node, ast.Name) and node.id == self_name:
+            if isinstance(parent, ast.Attribute) and parent.value is node:
+                continue
+            if isinstance(parent, ast.Call) and getattr(parent.func, "id", None) in _SELF_ALLOWED_IN:
+                continue
+            raise _Refuse(f"'{self_name}' is used as a value in {function.name}")
+        if _self_attribute(node, self_name, _DYNAMIC):
+            raise _Refuse(f"{function.name} reaches attributes dynamically ({node.attr})")
+        if _self_attribute(node, self_name, acts) and not isinstance(node.ctx, ast.Load):
+            raise _Refuse(f"{function.name} replaces or deletes self.{node.attr}")
+        norm = _self_attribute(node, self_name, norms)
+        if norm is None:
+            continue
+        if isinstance(parent, ast.Attribute) and parent.value is node and parent.attr in _GROUP_NORM_ATTRIBUTES:
+            continue  # self.norm.weight and the like: the new module has the same attributes
+        if not (isinstance(parent, ast.Call) and parent.func is node):
+            unproven.add(norm)
+            continue
+        if id(parent) in proven:
+            found.setdefault(norm, set()).add(proven[id(parent)])
+            continue
+        outer = parents.get(id(parent))
+        act = _single_call(outer, self_name, acts) if _single_call(parent, self_name, norms) else None
+        if act and outer.args[0] is parent:
+            found.setdefault(norm, set()).add(act)
+            continue
+        arguments = parent.args + [k.value for k in parent.keywords]
+        starred = any(isinstance(a, ast.Starred) for a in parent.args) or any(k.arg is None for k in parent.keywords)
+        if not starred and len(arguments) != 1:
+            continue  # GroupNorm and its replacement both take exactly one argument: a TypeError either way
+        unproven.add(norm)
+
+
+def proven_pairs(cls, base, norms, acts, lookup):
+    """{norm: set of acts} for the attributes in `norms` whose every use in cls's code is proven (module docstring).
+
+    cls: the block's class; base: the first class of cls's MRO not examined (torch.nn.Module); norms and acts:
+    names of the block's attributes holding a plain GroupNorm or SiLU module; lookup(name): the block's value of
+    a plain instance attribute (used to decide `if` tests in forward), or UNKNOWN.
+    """
+    mro = cls.__mro__
+    if base not in mro:
+        return {}
+    classes = mro[:mro.index(base)]
+    owner = next((k for k in classes if "forward" in vars(k)), None)
+    if owner is None:
+        return {}
+    forward = vars(owner)["forward"]
+    if not isinstance(forward, types.FunctionType):
+        return {}
+    found, unproven = {}, set()
+    try:
+        for k in classes:
+            for function, line in _methods(k):
+                if function.name == "__init__":
+                    continue
+                self_name = _self_name(function)
+                if self_name is None:
+                    continue
+                proven, dead = {}, set()
+                if k is owner and function.name == "forward" and line == forward.__code__.co_firstlineno:
+                    proven, dead = _forward_pairs(function, self_name, norms, acts, _Tests(self_name, lookup))
+                _scan(function, self_name, norms, acts, proven, dead, found, unproven)
+    except _Refuse:
+        return {}
+    return {norm: found[norm] for norm in sorted(found) if norm not in unproven}

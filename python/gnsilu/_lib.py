@@ -1,0 +1,114 @@
+"""Finding, loading and calling libgnsilu.so through ctypes.
+
+The library is loaded on first use, not on import, so that `import gnsilu` works on any machine. Where it looks,
+in this order (the first that loads wins):
+
+1. the file named by the environment variable GNSILU_LIBRARY; when it is set, nothing else is tried;
+2. libgnsilu.so next to this file (where a wheel ships it);
+3. the repository's build folder, ../../build/libgnsilu.so from this file (a checkout, or an editable install);
+4. the system loader: "libgnsilu.so" on LD_LIBRARY_PATH or in the ldconfig cache.
+"""
+import ctypes
+import os
+import threading
+
+from ._errors import LibraryNotFoundError, error_for_status
+
+ENV_VARIABLE = "GNSILU_LIBRARY"
+LIBRARY_NAME = "libgnsilu.so"
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+_c_int64_p = ctypes.POINTER(ctypes.c_int64)
+# Every function of include/gnsilu/gnsilu.h: (restype, argtypes).
+_SIGNATURES = {
+    "gnsilu_group_norm_silu": (ctypes.c_int, [
+        ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, _c_int64_p, ctypes.c_int, ctypes.c_int64,
+        ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_double, ctypes.c_void_p,
+        ctypes.c_size_t, ctypes.c_void_p]),
+    "gnsilu_workspace_size": (ctypes.c_int, [_c_int64_p, ctypes.c_int, ctypes.c_int64,
+                                             ctypes.POINTER(ctypes.c_size_t)]),
+    "gnsilu_check_device": (ctypes.c_int, []),
+    "gnsilu_release_workspaces": (ctypes.c_int, []),
+    "gnsilu_set_tune_policy": (ctypes.c_int, [ctypes.c_int]),
+    "gnsilu_set_cache_paths": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p]),
+    "gnsilu_last_error": (ctypes.c_char_p, []),
+    "gnsilu_status_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "gnsilu_version": (ctypes.c_char_p, []),
+}
+
+_lock = threading.Lock()
+_loaded = None  # (ctypes.CDLL, path) once loaded
+
+
+def default_locations():
+    """(path, where) pairs searched when GNSILU_LIBRARY is not set, in order."""
+    return [
+        (os.path.join(_PACKAGE_DIR, LIBRARY_NAME), "next to the package"),
+        (os.path.normpath(os.path.join(_PACKAGE_DIR, os.pardir, os.pardir, "build", LIBRARY_NAME)),
+         "the repository's build folder"),
+        (LIBRARY_NAME, "the system loader: LD_LIBRARY_PATH and the ldconfig cache"),
+    ]
+
+
+def _open(path):
+    """Loads one candidate and declares its functions; raises OSError saying why it is not usable."""
+    if os.sep in path and not os.path.exists(path):
+        raise OSError("no such file")
+    cdll = ctypes.CDLL(path)
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        try:
+            function = getattr(cdll, name)
+        except AttributeError:
+            raise OSError(f"not a gnsilu library of this version (no symbol {name})") from None
+        function.restype = restype
+        function.argtypes = argtypes
+    return cdll
+
+
+def _load():
+    fix = (f"Build it (bash tools/build.sh in the gnsilu repository) and set {ENV_VARIABLE} to the full path of "
+           f"{LIBRARY_NAME}, e.g. export {ENV_VARIABLE}=/path/to/gnsilu/build/{LIBRARY_NAME}, or put it next to "
+           f"the package ({os.path.join(_PACKAGE_DIR, LIBRARY_NAME)}). It needs libnvrtc and libsqlite3 on the "
+           "loader path.")
+    explicit = os.environ.get(ENV_VARIABLE)
+    if explicit:
+        try:
+            return _open(explicit), explicit
+        except OSError as e:
+            searched = "\n".join(f"  {path} ({where})" for path, where in default_locations())
+            raise LibraryNotFoundError(
+                f"gnsilu: cannot load {LIBRARY_NAME}: {ENV_VARIABLE}={explicit}: {e}\n"
+                f"{ENV_VARIABLE} is set, so no other location was tried; unset it to search:\n{searched}\n"
+                f"{fix}") from None
+    failures = []
+    for path, where in default_locations():
+        try:
+            return _open(path), path
+        except OSError as e:
+            failures.append(f"  {path} ({where}): {e}")
+    raise LibraryNotFoundError(f"gnsilu: cannot load {LIBRARY_NAME}; {ENV_VARIABLE} is not set and it is not in:\n"
+                               + "\n".join(failures) + f"\n{fix}")
+
+
+def library():
+    """(ctypes.CDLL, path) of libgnsilu.so, loaded on the first call; raises LibraryNotFoundError."""
+    global _loaded
+    if _loaded is None:
+        with _lock:
+            if _loaded is None:
+                _loaded = _load()
+    return _loaded
+
+
+def call(name, *args):
+    """Calls a gnsilu_status function of the C API; raises the matching gnsilu.Error when it fails."""
+    cdll = library()[0]
+    status = getattr(cdll, name)(*args)
+    if status != 0:
+        # The message is thread-local in the library and this thread made the call, so it is this call's.
+        raise error_for_status(status, cdll.gnsilu_last_error().decode(errors="replace"))
+
+
+def int64_array(values):
+    """A ctypes int64_t[] holding values."""
+    return (ctypes.c_int64 * len(values))(*values)

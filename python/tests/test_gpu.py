@@ -1,0 +1,397 @@
+#!/usr/bin/env python3
+"""GPU tests of the Python package (ctest label "gpu": exits 77, skipped, without PyTorch or a CUDA device).
+
+    GNSILU_LIBRARY=build/libgnsilu.so python3 python/tests/test_gpu.py        (or: ctest -R test_python_gpu)
+
+(a) gnsilu.group_norm_silu gives the same bits as the C API called directly through ctypes: bf16/fp16/fp32 x,
+    every output dtype, several shapes (no spatial dimension to three), weight/bias of mixed dtypes or none; also
+    in place, a non-contiguous x, another stream, CUDA graph capture, __cuda_array_interface__ and DLPack inputs;
+(b) against float64 PyTorch on normal data: at most 1 ulp for 16-bit outputs (gnsilu aims at 0.5: correct
+    rounding); float32 outputs at most 16 ulps where |y| >= 2^-6 (as the C++ reference tests: near a zero
+    crossing a tiny float32 output carries the statistics' FP32 rounding), their numbers are printed;
+(c) GroupNormSiLU against nn.GroupNorm + nn.SiLU, and its fallbacks (CPU, autograd, channels_last, autocast)
+    giving PyTorch's own results; swap_group_norm_silu on an nn.Sequential;
+(d) a randomly initialised Flux-like VAE decoder (python/tests/toy_models.py; bf16, latent 1x16x64x64, output
+    512x512), before and after swap_group_norm_silu: swaps, max abs and relative L2 difference (asserted below
+    twice the bf16 decoder's own distance to float32), each one's distance to the same decoder in float32 (the
+    swapped one no further); times (CUDA events, median).
+Prints a summary table at the end.
+"""
+import copy
+import ctypes
+import os
+import statistics
+import sys
+import unittest
+from unittest import mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(HERE), HERE]
+
+import gnsilu  # noqa: E402  (after the path set-up)
+
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+except ImportError:
+    torch = None
+CUDA = torch is not None and torch.cuda.is_available()
+if CUDA:
+    import gnsilu.torch as gt
+    import toy_models
+
+SUMMARY = []  # (part, case, result) rows for the table printed at the end
+FORMATS = {}  # dtype -> (significand bits with the hidden one, smallest normal exponent)
+if torch is not None:
+    FORMATS = {torch.bfloat16: (8, -126), torch.float16: (11, -14), torch.float32: (24, -126)}
+    CODES = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
+
+
+def spacing(exact, dtype):
+    """The ulp of the output dtype at each float64 value (subnormal spacing below the normal range)."""
+    bits, min_exponent = FORMATS[dtype]
+    _, exponent = torch.frexp(exact)
+    exponent = torch.clamp(exponent - 1, min=min_exponent)
+    return torch.ldexp(torch.ones_like(exact), exponent - (bits - 1))
+
+
+def round_once(exact, dtype):
+    """float64 values rounded to dtype once, to nearest even (torch's float64 -> bfloat16 goes through float32)."""
+    quantum = spacing(exact, dtype)
+    return (torch.round(exact / quantum) * quantum).to(dtype)
+
+
+def precision(out, exact):
+    """(fraction equal to the correctly rounded result, largest error in ulps) of out against float64 exact.
+
+    For float32 outputs the largest error counts outputs with |y| >= 2^-6 only, as the C++ reference tests do: near
+    a zero crossing of the pre-activation a tiny float32 output carries the FP32 rounding of the statistics (about
+    2^-30 relative to the group's scale), which is many of its own ulps but no loss against a 16-bit output."""
+    expected = round_once(exact, out.dtype)
+    same = (out == expected) | (torch.isnan(out) & torch.isnan(expected))
+    error = (out.double() - exact).abs() / spacing(exact, out.dtype)
+    if out.dtype == torch.float32:
+        error = error[exact.abs() >= 2.0 ** -6]
+    return same.double().mean().item(), error.max().item()
+
+
+def exact_result(x, groups, weight, bias, eps):
+    w = None if weight is None else weight.double()
+    b = None if bias is None else bias.double()
+    return F.silu(F.group_norm(x.double(), groups, w, b, eps))
+
+
+class DirectLibrary:
+    """The C API through its own ctypes handle: what the package must reproduce bit for bit."""
+
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.gnsilu_group_norm_silu.restype = ctypes.c_int
+        self.lib.gnsilu_group_norm_silu.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_int,
+            ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_double,
+            ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        self.lib.gnsilu_last_error.restype = ctypes.c_char_p
+
+    def __call__(self, x, groups, weight, bias, eps, out_dtype):
+        y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
+        shape = (ctypes.c_int64 * x.dim())(*x.shape)
+        status = self.lib.gnsilu_group_norm_silu(
+            x.data_ptr(), CODES[x.dtype], y.data_ptr(), CODES[out_dtype], shape, x.dim(), groups,
+            None if weight is None else weight.data_ptr(), 0 if weight is None else CODES[weight.dtype],
+            None if bias is None else bias.data_ptr(), 0 if bias is None else CODES[bias.dtype], eps, None, 0,
+            torch.cuda.current_stream().cuda_stream)
+        if status != 0:
+            raise RuntimeError(self.lib.gnsilu_last_error().decode())
+        return y
+
+
+def same_bits(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def parameters(channels, kind, generator):
+    """weight, bias for a case: "fp32", "mixed" (bf16 weight, fp16 bias) or "none"."""
+    if kind == "none":
+        return None, None
+    weight = 1 + 0.5 * torch.randn(channels, generator=generator, device="cuda")
+    bias = 0.5 * torch.randn(channels, generator=generator, device="cuda")
+    if kind == "mixed":
+        return weight.to(torch.bfloat16), bias.to(torch.float16)
+    return weight, bias
+
+
+class CudaArray:
+    """Exposes only a tensor's __cuda_array_interface__ (as CuPy or Numba would), its pointer moved by offset
+    bytes (to make a misaligned one)."""
+
+    def __init__(self, tensor, offset=0):
+        interface = dict(tensor.__cuda_array_interface__)
+        pointer, readonly = interface["data"]
+        interface["data"] = (pointer + offset, readonly)
+        self.__cuda_array_interface__ = interface
+
+
+class DLPackOnly:
+    """Exposes only a tensor's DLPack protocol (as JAX would)."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __dlpack__(self, **kwargs):
+        return self.tensor.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.tensor.__dlpack_device__()
+
+
+@unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
+class TestBitIdentity(unittest.TestCase):
+    """(a) The package against the C API called directly."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.direct = DirectLibrary(gnsilu.library_path())
+
+    def test_dtypes_shapes_parameters(self):
+        shapes = [((1, 512, 64, 64), 32), ((2, 128, 96, 96), 32), ((3, 64, 17, 5), 8), ((2, 96, 7), 3),
+                  ((4, 32), 32), ((1, 64, 4, 6, 5), 16)]
+        generator = torch.Generator(device="cuda").manual_seed(1)
+        cases = 0
+        for shape, groups in shapes:
+            for x_dtype in (torch.bfloat16, torch.float16, torch.float32):
+                x = (3 * torch.randn(shape, generator=generator, device="cuda") + 1).to(x_dtype)
+                for out_dtype in (torch.bfloat16, torch.float16, torch.float32):
+                    for kind in ("fp32", "mixed", "none"):
+                        weight, bias = parameters(shape[1], kind, generator)
+                        with self.subTest(shape=shape, x=x_dtype, out=out_dtype, parameters=kind):
+                            ours = gnsilu.group_norm_silu(x, groups, weight, bias, 1e-6, out_dtype=out_dtype)
+                            self.assertTrue(same_bits(ours, self.direct(x, groups, weight, bias, 1e-6, out_dtype)))
+                            cases += 1
+        SUMMARY.append(("a", "package == C API (shapes x dtypes x parameters)", f"{cases} cases bit-identical"))
+
+    def test_ways_of_calling(self):
+        generator = torch.Generator(device="cuda").manual_seed(2)
+        x = torch.randn(2, 64, 12, 10, generator=generator, device="cuda").to(torch.float16)
+        weight, bias = parameters(64, "fp32", generator)
+        expected = self.direct(x, 32, weight, bias, 1e-5, torch.float16)
+
+        into = torch.empty_like(x)
+        self.assertIs(gnsilu.group_norm_silu(x, 32, weight, bias, 1e-5, out=into), into)
+        self.assertTrue(same_bits(into, expected))
+        in_place = x.clone()
+        gnsilu.group_norm_silu(in_place, 32, weight, bias, 1e-5, out=in_place)
+        self.assertTrue(same_bits(in_place, expected))
+        strided = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # channels_last: copied first
+        self.assertFalse(strided.is_contiguous())
+        self.assertTrue(same_bits(gnsilu.group_norm_silu(strided, 32, weight, bias, 1e-5), expected))
+
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            on_stream = gnsilu.group_norm_silu(x, 32, weight, bias, 1e-5)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.assertTrue(same_bits(on_stream, expected))
+
+        captured = torch.empty_like(x)
+        gnsilu.group_norm_silu(x, 32, weight, bias, 1e-5, out=captured)  # compiled and tuned before capture
+        graph = torch.cuda.CUDAGraph()
+        captured.zero_()
+        with torch.cuda.graph(graph):
+            gnsilu.group_norm_silu(x, 32, weight, bias, 1e-5, out=captured)
+        graph.replay()
+        torch.cuda.synchronize()
+        self.assertTrue(same_bits(captured, expected))
+
+        interface_out = torch.empty_like(x)
+        torch.cuda.synchronize()
+        result = gnsilu.group_norm_silu(CudaArray(x), 32, CudaArray(weight), CudaArray(bias), 1e-5,
+                                        out=CudaArray(interface_out), stream=torch.cuda.current_stream())
+        self.assertIsInstance(result, CudaArray)
+        self.assertTrue(same_bits(interface_out, expected))
+        from_dlpack = gnsilu.group_norm_silu(DLPackOnly(x), 32, weight, bias, 1e-5)
+        self.assertTrue(same_bits(from_dlpack, expected))
+        SUMMARY.append(("a", "out=, in place, channels_last, stream, CUDA graph, CAI, DLPack", "bit-identical"))
+
+    def test_errors_name_the_argument(self):
+        x = torch.randn(2, 64, 4, 4, device="cuda")
+        checks = [("x", lambda: gnsilu.group_norm_silu(x.cpu(), 32)),
+                  ("x", lambda: gnsilu.group_norm_silu(x.double(), 32)),
+                  ("num_groups", lambda: gnsilu.group_norm_silu(x, 24)),
+                  ("weight", lambda: gnsilu.group_norm_silu(x, 32, torch.ones(64))),
+                  ("weight", lambda: gnsilu.group_norm_silu(x, 32, torch.ones(32, device="cuda"))),
+                  ("bias", lambda: gnsilu.group_norm_silu(x, 32, None, torch.ones(64, device="cuda").long())),
+                  ("out", lambda: gnsilu.group_norm_silu(x, 32, out=torch.empty(2, 64, 4, 5, device="cuda"))),
+                  ("x", lambda: gnsilu.group_norm_silu(x.requires_grad_(), 32)),
+                  ("stream", lambda: gnsilu.group_norm_silu(x, 32, stream=0))]
+        for name, call in checks:
+            with self.subTest(argument=name):
+                with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+                    call()
+                self.assertIn(f"'{name}'", str(caught.exception))
+        x.requires_grad_(False)
+        half = x.half()
+        with self.assertRaises(gnsilu.InvalidArgumentError) as caught:  # found by the library, not by Python
+            gnsilu.group_norm_silu(CudaArray(half, offset=1), 32, out=CudaArray(torch.empty_like(half)))
+        self.assertIn("aligned", str(caught.exception))
+        SUMMARY.append(("a", "argument errors", f"{len(checks) + 1} named"))
+
+
+@unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
+class TestPrecision(unittest.TestCase):
+    """(b) Against float64 PyTorch, on well-conditioned normal data."""
+
+    def test_within_one_ulp(self):
+        generator = torch.Generator(device="cuda").manual_seed(3)
+        for shape, groups in (((1, 512, 64, 64), 32), ((2, 128, 96, 96), 32), ((1, 64, 128, 128), 1)):
+            for x_dtype in (torch.bfloat16, torch.float16, torch.float32):
+                x = torch.randn(shape, generator=generator, device="cuda").to(x_dtype)
+                weight, bias = parameters(shape[1], "fp32", generator)
+                exact = exact_result(x, groups, weight, bias, 1e-6)
+                for out_dtype in (torch.bfloat16, torch.float16, torch.float32):
+                    ours = gnsilu.group_norm_silu(x, groups, weight, bias, 1e-6, out_dtype=out_dtype)
+                    rounded, worst = precision(ours, exact)
+                    bound = 1.0 if out_dtype != torch.float32 else 16.0  # float32: where |y| >= 2^-6
+                    name = f"{'x'.join(map(str, shape))} G={groups} {str(x_dtype)[6:]}->{str(out_dtype)[6:]}"
+                    with self.subTest(case=name):
+                        self.assertLessEqual(worst, bound)
+                    SUMMARY.append(("b", name, f"{100 * rounded:.4f}% correctly rounded, max {worst:.3f} ulp"))
+
+
+@unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
+class TestModule(unittest.TestCase):
+    """(c) GroupNormSiLU against nn.GroupNorm + nn.SiLU, and its fallbacks."""
+
+    def group_norm(self, channels, groups, dtype):
+        module = nn.GroupNorm(groups, channels, eps=1e-6).cuda()
+        with torch.no_grad():
+            module.weight.uniform_(0.5, 1.5)
+            module.bias.uniform_(-0.5, 0.5)
+        return module.to(dtype)
+
+    def test_against_pytorch(self):
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            reference = self.group_norm(256, 32, dtype)
+            fused = gt.GroupNormSiLU.from_group_norm(reference)
+            x = torch.randn(2, 256, 32, 32, device="cuda").to(dtype)
+            with torch.inference_mode():
+                with mock.patch.object(gt, "group_norm_silu", wraps=gt.group_norm_silu) as spy:
+                    ours = fused(x)
+                self.assertEqual(spy.call_count, 1)
+                theirs = F.silu(reference(x))
+            exact = exact_result(x, 32, reference.weight, reference.bias, 1e-6)
+            _, ours_worst = precision(ours, exact)
+            _, theirs_worst = precision(theirs, exact)
+            self.assertEqual(ours.dtype, theirs.dtype)
+            self.assertLessEqual(ours_worst, 1.0 if dtype != torch.float32 else 16.0)
+            SUMMARY.append(("c", f"GroupNormSiLU {str(dtype)[6:]} vs nn.GroupNorm+SiLU",
+                            f"max ulp gnsilu {ours_worst:.3f}, PyTorch {theirs_worst:.3f}"))
+
+    def test_fallbacks_give_pytorch_results(self):
+        reference = self.group_norm(64, 16, torch.float32)
+        fused = gt.GroupNormSiLU.from_group_norm(reference)
+        x = torch.randn(2, 64, 8, 8, device="cuda")
+        with mock.patch.object(gt, "group_norm_silu", wraps=gt.group_norm_silu) as spy:
+            self.assertTrue(torch.equal(fused.cpu()(x.cpu()), F.silu(reference.cpu()(x.cpu()))))
+            fused.cuda()
+            reference.cuda()
+            graph_input = x.clone().requires_grad_()
+            out = fused(graph_input)
+            self.assertTrue(torch.equal(out, F.silu(reference(graph_input))))
+            out.sum().backward()
+            self.assertIsNotNone(graph_input.grad)
+            channels_last = x.to(memory_format=torch.channels_last)
+            with torch.no_grad():
+                self.assertTrue(torch.equal(fused(channels_last), F.silu(reference(channels_last))))
+            self.assertEqual(spy.call_count, 0)
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                autocast_ours = fused(x.bfloat16())
+                autocast_theirs = F.silu(reference(x.bfloat16()))
+            self.assertEqual(spy.call_count, 1)
+        self.assertEqual(autocast_ours.dtype, autocast_theirs.dtype)
+        SUMMARY.append(("c", "fallbacks: CPU, autograd, channels_last", "PyTorch's results, bit for bit"))
+        SUMMARY.append(("c", "autocast", f"output {str(autocast_ours.dtype)[6:]} like nn.GroupNorm"))
+
+    def test_sequential_swap(self):
+        head = toy_models.sequential_head(64).cuda().to(torch.bfloat16)
+        x = torch.randn(1, 64, 32, 32, device="cuda", dtype=torch.bfloat16)
+        with torch.inference_mode():
+            before = head(x)
+            self.assertEqual(gt.swap_group_norm_silu(head), 1)
+            after = head(x)
+        self.assertIsInstance(head[0], gt.GroupNormSiLU)
+        self.assertIsInstance(head[1], nn.Identity)
+        difference = (after.float() - before.float()).norm() / before.float().norm()
+        self.assertLess(difference.item(), 1e-2)
+        SUMMARY.append(("c", "nn.Sequential swap", f"1 swap, relative L2 {difference.item():.2e}"))
+
+
+def median_ms(function, runs):
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        function()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+@unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
+class TestDecoder(unittest.TestCase):
+    """(d) A Flux-like VAE decoder before and after swap_group_norm_silu."""
+
+    def test_decode(self):
+        torch.manual_seed(4)
+        decoder = toy_models.FluxLikeDecoder(block_out_channels=(64, 128, 256, 256)).cuda().eval()
+        reference = copy.deepcopy(decoder)  # float32
+        original = decoder.to(torch.bfloat16)
+        swapped = copy.deepcopy(original)
+        swaps = gt.swap_group_norm_silu(swapped)
+        self.assertEqual(swaps, toy_models.expected_swaps(swapped))
+        latent = torch.randn(1, 16, 64, 64, device="cuda")
+        with torch.inference_mode():
+            exact = reference(latent)
+            before = original(latent.bfloat16())
+            after = swapped(latent.bfloat16())
+            before_ms = median_ms(lambda: original(latent.bfloat16()), 9)
+            after_ms = median_ms(lambda: swapped(latent.bfloat16()), 9)
+        before, after = before.float(), after.float()
+        max_abs = (after - before).abs().max().item()
+        relative = ((after - before).norm() / before.norm()).item()
+        before_error = ((before - exact).norm() / exact.norm()).item()
+        after_error = ((after - exact).norm() / exact.norm()).item()
+        print(f"\nFlux-like decoder, bf16, latent 1x16x64x64 -> {tuple(after.shape)}: {swaps} swaps; "
+              f"max |after - before| {max_abs:.3e}, relative L2 {relative:.3e}; relative L2 to float32: "
+              f"before {before_error:.3e}, after {after_error:.3e}; median time {before_ms:.3f} ms -> "
+              f"{after_ms:.3f} ms")
+        # A random bf16 decoder is itself a few percent from its float32 run (bf16 activations and convolutions);
+        # the swap must change the output by no more than that noise and must not move it away from float32.
+        self.assertLess(relative, 2 * before_error)
+        self.assertLessEqual(after_error, 1.25 * before_error + 1e-3)
+        SUMMARY.append(("d", f"decoder: {swaps} swaps", f"max abs {max_abs:.2e}, relative L2 {relative:.2e}"))
+        SUMMARY.append(("d", "decoder: relative L2 to float32", f"before {before_error:.2e}, after {after_error:.2e}"))
+        SUMMARY.append(("d", "decoder: median time (9 runs)", f"{before_ms:.3f} ms -> {after_ms:.3f} ms"))
+
+
+def main():
+    if torch is None:
+        print("SKIPPED: PyTorch is not installed")
+        return 77
+    if not CUDA:
+        print("SKIPPED: PyTorch sees no CUDA device")
+        return 77
+    print(f"gnsilu {gnsilu.version()} from {gnsilu.library_path()}, PyTorch {torch.__version__}, "
+          f"{torch.cuda.get_device_name()}")
+    result = unittest.main(exit=False, verbosity=2).result
+    width = max((len(case) for _, case, _ in SUMMARY), default=10)
+    print(f"\n{'part':4}  {'case':{width}}  result")
+    for part, case, outcome in SUMMARY:
+        print(f"{part:4}  {case:{width}}  {outcome}")
+    return 0 if result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

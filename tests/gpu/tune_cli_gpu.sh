@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# GPU test of gnsilu-tune (issues: the CLI, several GPUs): warm with the Flux preset; a second process finds
+# every key cached and compiles nothing; export, import for the other GPU (device 1 when there are two, else
+# the same one into a fresh cache), warm there: nothing tuned, nothing compiled; verify, list, report.
+# Usage: tune_cli_gpu.sh BUILD_DIR [OUT_DIR]. Exits 77 without a GPU, 1 on any failed check.
+set -u
+build=${1:-build}
+out=${2:-$(mktemp -d)}
+tune="$build/tools/gnsilu-tune"
+mkdir -p "$out"
+if ! nvidia-smi -L > /dev/null 2>&1; then echo "SKIPPED: no GPU"; exit 77; fi
+gpus=$(nvidia-smi -L | wc -l)
+other=$([ "$gpus" -ge 2 ] && echo 1 || echo 0)
+work=$(mktemp -d)
+failed=0
+check() {  # description, python expression over j (the JSON document in file $2)
+  if python3 -c "import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if ($3) else 1)" "$2"; then
+    echo "ok    $1"
+  else
+    echo "FAIL  $1"; failed=1
+  fi
+}
+run() {  # name, command... (stdout to $out/name.json, stderr to $out/name.log)
+  local name=$1; shift
+  "$@" > "$out/$name.json" 2> "$out/$name.log"
+  local rc=$?
+  [ $rc -eq 0 ] || { echo "FAIL  $name exited $rc: $(tail -2 "$out/$name.log")"; failed=1; }
+}
+start=$(date +%s)
+run warm1 "$tune" warm --preset flux --cache "$work/a.sqlite" --json
+t1=$(( $(date +%s) - start ))
+check "warm 1 on device 0: every key tuned or found, none failed ($t1 s)" "$out/warm1.json" \
+  "j['summary']['failed'] == 0 and j['summary']['busy'] == 0 and j['summary']['tuned'] == j['summary']['keys'] > 0"
+run warm2 "$tune" warm --preset flux --cache "$work/a.sqlite" --json
+check "warm 2 (a new process): every key cached, NVRTC ran 0 times" "$out/warm2.json" \
+  "j['summary']['cached'] == j['summary']['keys'] and j['summary']['tuned'] == 0 and j['summary']['compiled'] == 0"
+run export "$tune" export "$work/fleet.json" --cache "$work/a.sqlite" --json
+check "export: entries and kernels" "$out/export.json" "j['entries'] > 0 and j['kernels'] > 0"
+run import "$tune" import "$work/fleet.json" --cache "$work/b.sqlite" --device "$other" --json
+check "import for device $other: every entry added, no conflict" "$out/import.json" \
+  "j['added'] > 0 and not j['conflicts'] and j['skipped_mismatched']['entries'] == 0"
+run warm3 "$tune" warm --preset flux --cache "$work/b.sqlite" --device "$other" --json
+check "warm on device $other from the imported cache: nothing tuned, nothing compiled" "$out/warm3.json" \
+  "j['summary']['cached'] == j['summary']['keys'] and j['summary']['tuned'] == 0 and j['summary']['compiled'] == 0"
+run verify "$tune" verify --cache "$work/a.sqlite" --samples 10 --json
+check "verify: every entry re-timed" "$out/verify.json" "j['failed'] == 0 and len(j['entries']) > 0"
+"$tune" list --cache "$work/a.sqlite" > "$out/list.txt" 2>&1 || failed=1
+"$tune" report "$out/report.html" --cache "$work/a.sqlite" > /dev/null 2>&1 || failed=1
+"$tune" report "$out/report.svg" --cache "$work/a.sqlite" > /dev/null 2>&1 || failed=1
+# A human-readable warm on a terminal-less pipe: plain progress lines.
+"$tune" warm --preset flux --dtype bf16 --cache "$work/a.sqlite" > "$out/warm-text.txt" 2>&1 || failed=1
+python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+v = json.load(open(f"{out}/verify.json"))
+print(f"verify on {v['device']['name']}: {len(v['entries'])} entries, {v['drifted']} drifted beyond {v['tolerance']:.0%}")
+w = json.load(open(f"{out}/warm1.json"))
+print(f"{'key':<44} {'winner':<14} {'us':>8} {'default':>8} {'gain':>6}")
+for k in w["keys"]:
+    key = k["key"]
+    c = k.get("winner", {})
+    name = f"cpg{key['channels_per_group']} {key['x_dtype']}>{key['y_dtype']} {key['size_class']}"
+    win = f"e{c.get('elems_per_load')} w{c.get('warps')} s{c.get('stages')} p{c.get('programs_per_sm')}"
+    print(f"{name:<44} {win:<14} {k.get('best_us', 0):8.1f} {k.get('default_us', 0):8.1f} {k.get('speedup', 1):6.2f}")
+PY
+[ $failed -eq 0 ] && echo "tune_cli_gpu: PASSED" || echo "tune_cli_gpu: FAILED"
+exit $failed
