@@ -465,10 +465,73 @@ GNSILU_HD RowConstants row_constants(const GroupStats& st, double weight, double
   return rc;
 }
 
-GNSILU_HD float transform(float x, const RowConstants& rc) {
+// The pre-activation v = (x - mean) * s + b of one element, around the zero crossing (see RowConstants).
+GNSILU_HD float preactivation(float x, const RowConstants& rc) {
   const float t = fma32(x, rc.u, -rc.z);
-  return silu32(fma32(t, rc.k, rc.c));
+  return fma32(t, rc.k, rc.c);
 }
+
+GNSILU_HD float transform(float x, const RowConstants& rc) { return silu32(preactivation(x, rc)); }
+
+#if defined(__CUDA_ARCH__)
+// ---- SiLU for a 16-bit output, decided fast where it can be --------------------------------------------
+// A bf16 or fp16 output needs silu32(v) rounded to 16 bits, and nothing more. silu_estimate(v) uses the
+// hardware's approximate 2^x and reciprocal (two MUFU instructions instead of silu32's polynomial and IEEE
+// division); for |v| <= 64 it stays within a few dozen FP32 ulps of silu32(v) (the rounding of v log2(e),
+// ex2.approx, rcp.approx and three roundings, plus silu32's own error). silu16_decided(v, f) accepts f when
+// the FP32 bits that rounding to 16 bits drops lie farther from the rounding midpoint than the margin
+// 1.25 |v| + 16 ulps (fp16: f also normal, where the rounding position is fixed): then silu32(v), within the
+// margin of f, rounds to the same 16-bit value, and silu32 need not run; otherwise it does. Output bits never
+// change: tests/gpu/test_gpu.cpp runs silu_fast_check over every FP32 v on the GPU (largest distance seen:
+// 59 ulps at |v| <= 64, under 80% of the margin everywhere; decisions wrong: none). The host never uses this:
+// the CPU reference always runs silu32.
+__device__ __forceinline__ float silu_estimate(float v) {
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(v * -1.44269504f));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+  return v * r;
+}
+
+template <int T>
+__device__ __forceinline__ bool silu16_decided(float v, float f) {
+  static_assert(T == kBF16 || T == kFP16, "16-bit outputs only");
+  constexpr u32 kDropped = T == kBF16 ? 0xFFFFu : 0x1FFFu;  // FP32 mantissa bits below the 16-bit value's
+  constexpr float kMidpoint = T == kBF16 ? 32768.0f : 4096.0f;
+  // The dropped bits as an exact float (2^23 + bits - 2^23), less the midpoint.
+  const float from_midpoint = float_of((bits_of(f) & kDropped) | 0x4B000000u) - (8388608.0f + kMidpoint);
+  const float a = fabsf(v);
+  const bool decided = (a <= 64.0f) & (fabsf(from_midpoint) > fma32(a, 1.25f, 16.0f));
+  if constexpr (T == kFP16) return decided & (fabsf(f) >= 6.103515625e-05f);  // 2^-14: normal fp16
+  return decided;
+}
+
+// y for a vector of x: silu32 for FP32 outputs; for 16-bit outputs the estimate where it decides the
+// rounding, silu32 for the elements where it does not.
+template <int YT>
+__device__ __forceinline__ void transform_vector(float (&v)[kVec], const RowConstants& rc) {
+  if constexpr (YT == kFP32) {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) v[e] = transform(v[e], rc);
+  } else {
+    // An undecided element keeps its x (no second array: the fused kernel has no registers to spare) and has
+    // its pre-activation computed again, identically, for silu32.
+    unsigned undecided = 0;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const float pre = preactivation(v[e], rc);
+      const float f = silu_estimate(pre);
+      if (silu16_decided<YT>(pre, f)) v[e] = f;
+      else undecided |= 1u << e;
+    }
+    if (undecided != 0) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        if (undecided & (1u << e)) v[e] = transform(v[e], rc);
+      }
+    }
+  }
+}
+#endif
 
 }  // namespace math
 }  // namespace gnsilu

@@ -7,7 +7,9 @@
 //                  lane), sums it, takes its pivot, then sums the centred values and their squares from the
 //                  same registers: x is read once for the statistics. Writes a 32-byte record per chunk.
 //     finalize     one block per group: combines the group's records in FP64, writes per-(n, c) constants.
-//     apply        tiles of (row, span): y = silu(fma(fma(x, u, -z), k, c)), 16-byte loads and stores.
+//     apply        tiles of (row, span): y = silu(fma(fma(x, u, -z), k, c)), 16-byte loads and stores; for
+//                  16-bit outputs SiLU is estimated with MUFU and silu32 runs only where the estimate cannot
+//                  decide the rounding (gnsilu_math.cuh).
 //     Bytes moved: x twice and y once (6 per element in 16-bit), plus 32 bytes per 1024 elements of records.
 //
 //   fused (one launch, groups of at most 64 chunks and 256 channels):
@@ -161,10 +163,9 @@ __device__ __forceinline__ u32 element_bits(const void* x, i64 i) {
   else return static_cast<const u16*>(x)[i];
 }
 
+// Chunk j of `group`.
 template <int XT>
-__device__ __forceinline__ void load_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
-  const i64 group = chunk / p.chunks_per_group;
-  const i64 j = chunk - group * p.chunks_per_group;
+__device__ __forceinline__ void load_group_chunk(const Params& p, i64 group, i64 j, int lane, ChunkData<XT>& c) {
   c.n = chunk_length(p.group_length, j);
   const i64 start = group * p.group_length + j * kChunk;
 #pragma unroll
@@ -185,6 +186,13 @@ __device__ __forceinline__ void load_chunk(const Params& p, i64 chunk, int lane,
       for (int q = 0; q < (XT == kFP32 ? 2 : 1); ++q) c.raw[s].q[q] = Raw16{w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]};
     }
   }
+}
+
+// Chunk `chunk` of the whole tensor (the split path's numbering: group-major).
+template <int XT>
+__device__ __forceinline__ void load_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
+  const i64 group = chunk / p.chunks_per_group;
+  load_group_chunk<XT>(p, group, chunk - group * p.chunks_per_group, lane, c);
 }
 
 template <int XT>
@@ -327,8 +335,7 @@ __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, c
       for (int q = 0; q < kVecs; ++q) {
         const i64 at = i + static_cast<i64>(q) * THREADS * kVec;
         if (at < end) {
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) v[q][e] = transform(v[q][e], rc);
+          transform_vector<YT>(v[q], rc);
           store_vector<YT>(p.y, at, v[q]);
         }
       }
@@ -441,7 +448,7 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
   for (i64 group = blockIdx.x; group < p.groups_total; group += gridDim.x) {
     for (int j = warp; j < chunks; j += WARPS) {
       ChunkData<XT> c;
-      load_chunk<XT>(p, group * p.chunks_per_group + j, lane, c);
+      load_group_chunk<XT>(p, group, j, lane, c);
       float v[kSlots][kVec];
       chunk_values<XT>(c, v);
       const ChunkRecord r = reduce_chunk<XT>(v, c.n, lane);
@@ -471,8 +478,7 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
           const int at = i + q * kThreads * kVec;
           if (at < length) {
             const RowConstants rc = rows[static_cast<unsigned>(at) / s];
-#pragma unroll
-            for (int e = 0; e < kVec; ++e) v[q][e] = transform(v[q][e], rc);
+            transform_vector<YT>(v[q], rc);
             store_vector<YT>(p.y, base + at, v[q]);
           }
         }
@@ -484,6 +490,53 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
       }
     }
     __syncthreads();  // the shared records and constants are rewritten for the next group
+  }
+}
+
+// ---- self-check of the fast 16-bit SiLU -------------------------------------------------------------------
+// For the FP32 bit patterns [first, first + count): how often silu_for_output takes its fast decision and
+// whether the decision gives silu32's 16-bit rounding. counts: [0] decided for bf16, [1] for fp16, [2] bf16
+// decided wrongly, [3] fp16 decided wrongly, [4] largest distance of the estimate from silu32 in FP32 ulps
+// (|v| <= 64), [5] largest ratio of that distance to the margin silu16_decided allows, in thousandths (below
+// 1000: silu32(v) always lies within the margin). Instantiated only by tests/gpu/test_gpu.cpp, over all 2^32.
+template <int UNUSED>
+__global__ void silu_fast_check(unsigned long long first, unsigned long long count, unsigned long long* counts) {
+  unsigned long long c[6] = {0, 0, 0, 0, 0, 0};
+  const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * blockDim.x;
+  for (unsigned long long i = static_cast<unsigned long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
+    const float v = float_of(static_cast<u32>(first + i));
+    const float exact = silu32(v);
+    const float f = silu_estimate(v);
+    if (silu16_decided<kBF16>(v, f)) {
+      ++c[0];
+      c[2] += pack_bf16x2(f, f) != pack_bf16x2(exact, exact);
+    }
+    if (silu16_decided<kFP16>(v, f)) {
+      ++c[1];
+      c[3] += pack_fp16x2(f, f) != pack_fp16x2(exact, exact);
+    }
+    const float a = fabsf(v);
+    if (a <= 64.0f && ((bits_of(f) ^ bits_of(exact)) & 0x80000000u) == 0) {
+      const long long d = static_cast<long long>(bits_of(f)) - static_cast<long long>(bits_of(exact));
+      const unsigned long long ulps = static_cast<unsigned long long>(d < 0 ? -d : d);
+      c[4] = ulps > c[4] ? ulps : c[4];
+      const auto ratio = static_cast<unsigned long long>(1000.0f * static_cast<float>(ulps) / fma32(a, 1.25f, 16.0f));
+      c[5] = ratio > c[5] ? ratio : c[5];
+    } else if (a <= 64.0f && exact != 0.0f) {
+      c[5] = 1000000;  // opposite signs: never within the margin
+    }
+  }
+  for (int k = 0; k < 6; ++k) {
+    unsigned long long value = c[k];
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const unsigned long long other = __shfl_down_sync(0xFFFFFFFFu, value, offset);
+      value = k < 4 ? value + other : (other > value ? other : value);
+    }
+    if ((threadIdx.x & 31) == 0) {
+      if (k < 4) atomicAdd(&counts[k], value);
+      else atomicMax(&counts[k], value);
+    }
   }
 }
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds, then compiles every kernel variant for the local GPU and runs
-# a Flux-VAE-sized GroupNorm+SiLU checked against the CPU reference (without a GPU: compiles for sm_90 and
-# says so).
+# The main job: installs what is missing, builds, pre-warms the cache for the Flux VAE with gnsilu-tune (tunes
+# every key on the local GPU; without a GPU, compiles the kernels for sm_90 and says so), then runs a
+# Flux-VAE-sized GroupNorm+SiLU checked bit for bit against the CPU reference (gnsilu-run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 bash tools/build.sh
-"${GNSILU_BUILD_DIR:-build}/tools/gnsilu-run"
+build=${GNSILU_BUILD_DIR:-build}
+"$build/tools/gnsilu-tune" warm --preset flux
+"$build/tools/gnsilu-run"

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cache.hpp"
+#include "compiler.hpp"
 #include "config_table.hpp"
 #include "device.hpp"
 #include "driver.hpp"
@@ -224,6 +225,38 @@ TEST_CASE("every dtype pair, configuration and path gives the CPU reference's bi
   MESSAGE(runs << " runs over " << shapes.size() << " shapes (8 kinds of data), 9 dtype pairs, " << gnsilu::candidate_configs().size()
                 << " configurations and both paths: " << runs - mismatched << " bit-identical to the CPU reference");
   CHECK(mismatched == 0);
+}
+
+TEST_CASE("the fast 16-bit SiLU decides like silu32 for every FP32 input") {
+  CUdevice device = 0;
+  GNSILU_CU(drv().cuCtxGetDevice(&device));
+  gnsilu::detail::CompileRequest request;
+  request.arch = gnsilu::detail::device_info(device).arch();
+  request.names = {"gnsilu::kernel::silu_fast_check<0>"};
+  const auto program = gnsilu::detail::compile(request);
+  CUmodule module = nullptr;
+  GNSILU_CU(drv().cuModuleLoadData(&module, program.image.data()));
+  CUfunction check = nullptr;
+  GNSILU_CU(drv().cuModuleGetFunction(&check, module, program.lowered_names[0].c_str()));
+  DeviceMemory counts(6 * sizeof(unsigned long long));
+  counts.fill(0);
+  unsigned long long first = 0, count = 1ull << 32;
+  CUdeviceptr out = reinterpret_cast<CUdeviceptr>(counts.get());
+  void* args[] = {&first, &count, &out};
+  const auto started = std::chrono::steady_clock::now();
+  GNSILU_CU(drv().cuLaunchKernel(check, 132 * 16, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr));
+  device_sync();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  unsigned long long c[6] = {};
+  counts.download(c);
+  drv().cuModuleUnload(module);
+  MESSAGE("all 2^32 FP32 inputs in " << seconds << " s: decided fast " << 100.0 * c[0] / 4294967296.0 << "% for bf16, "
+                                    << 100.0 * c[1] / 4294967296.0 << "% for fp16; wrongly: " << c[2] << " bf16, "
+                                    << c[3] << " fp16; largest distance from silu32 " << c[4]
+                                    << " FP32 ulps, " << c[5] / 10.0 << "% of the margin allowed");
+  CHECK(c[2] == 0);
+  CHECK(c[3] == 0);
+  CHECK(c[5] < 1000);
 }
 
 TEST_CASE("in place, a caller workspace and the default path match the reference") {

@@ -46,7 +46,7 @@ if [ "$what" = sanitize ]; then
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/test_soak"
     step "compute-sanitizer $tool (test_gpu)" "sanitize-$tool-gpu.log" compute-sanitizer --tool "$tool" \
       --error-exitcode 9 "$build/tests/test_gpu" -tc="in place*,a call captured*,bad arguments*"
-    grep -hE "ERROR SUMMARY|PASSED|FAILED|test cases" "$out/sanitize-$tool-soak.log" "$out/sanitize-$tool-gpu.log"
+    grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED|test cases" "$out/sanitize-$tool-soak.log" "$out/sanitize-$tool-gpu.log"
   done
 fi
 if [ "$what" = python ] || [ "$what" = all ]; then
