@@ -128,6 +128,7 @@ std::string read_only_uri(const std::string& path, bool immutable) {
 }
 
 void apply_steps(SQLite::Database& db, int from, int to) {
+  if (from < 0) throw SQLite::Exception("negative schema version " + std::to_string(from), SQLITE_MISMATCH);
   for (int step = from + 1; step <= to; ++step) db.exec(kSteps[step - 1]);
   db.exec("PRAGMA user_version = " + std::to_string(to));
   db.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('schema', '" + std::to_string(to) + "')");
@@ -274,7 +275,7 @@ void Store::open(int busy_timeout_ms) {
     schema_version_ = state.getColumn(0).getInt();
     const int objects = state.getColumn(1).getInt();
     state.reset();
-    if (schema_version_ == 0 && objects > 0) {
+    if ((schema_version_ == 0 && objects > 0) || schema_version_ < 0) {
       fail(Health::Unusable, "is a SQLite database but not a gnsilu cache", "Set GNSILU_CACHE to another file.");
       return;
     }
@@ -303,11 +304,6 @@ void Store::open(int busy_timeout_ms) {
       }
       return;
     }
-    try {
-      db_->exec("PRAGMA journal_mode = WAL");
-    } catch (const SQLite::Exception&) {
-      // Some file systems cannot hold a WAL; the rollback journal works there.
-    }
     db_->exec("PRAGMA synchronous = NORMAL");
     if (schema_version_ < kSchemaVersion) {
       SQLite::Transaction t(*db_, SQLite::TransactionBehavior::IMMEDIATE);
@@ -319,6 +315,13 @@ void Store::open(int busy_timeout_ms) {
         detail::logger().info("cache file {}: upgraded schema {} to {}", path_, now, kSchemaVersion);
       }
       schema_version_ = kSchemaVersion;
+    }
+    // WAL only once the file is known to be a usable cache: a file found damaged by the migration above (which
+    // then rolls back) is left exactly as it was.
+    try {
+      db_->exec("PRAGMA journal_mode = WAL");
+    } catch (const SQLite::Exception&) {
+      // Some file systems cannot hold a WAL; the rollback journal works there.
     }
   } catch (const SQLite::Exception& e) {
     const int code = primary(e);
@@ -564,6 +567,8 @@ bool Store::remove_kernel(const KernelKey& key) {
 
 Store::Claim Store::claim(const std::string& key, const std::string& owner, double seconds) {
   Claim result = Claim::Unavailable;
+  // A NaN would be stored as NULL and fail the NOT NULL constraint, and a failed write leaves the store read-only.
+  if (!(seconds >= 0.0 && seconds <= 86400.0)) return result;
   const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   run_write("a tuning lease", [&] {
     SQLite::Statement q(*db_, "SELECT owner, expires_at FROM leases WHERE key = ?");

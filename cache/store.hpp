@@ -50,7 +50,8 @@ class Store {
   std::vector<KernelKey> kernel_keys();
   bool remove_kernel(const KernelKey& key);
 
-  // A lease on tuning `key` for `seconds`, so that one process tunes while the others wait or use the default.
+  // A lease on tuning `key` for `seconds` (0 to 86400; anything else: Unavailable), so that one process tunes
+  // while the others wait or use the default.
   Claim claim(const std::string& key, const std::string& owner, double seconds);
   void release(const std::string& key, const std::string& owner);
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -455,6 +456,10 @@ TEST_CASE("leases: one owner at a time, until released or expired") {
   CHECK(s.claim("key", "b", 0.05) == Store::Claim::Acquired);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(s.claim("key", "c", 60) == Store::Claim::Acquired);  // b's lease expired
+  CHECK(s.claim("nan", "c", std::nan("")) == Store::Claim::Unavailable);  // refused, and the store stays writable
+  CHECK(s.claim("negative", "c", -1) == Store::Claim::Unavailable);
+  CHECK(s.writable());
+  CHECK(s.claim("later", "c", 60) == Store::Claim::Acquired);
 }
 
 TEST_CASE("eight processes at once on one file: every write lands, one lease per key") {
