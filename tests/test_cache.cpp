@@ -23,24 +23,13 @@
 
 #include "cache.hpp"
 #include "store.hpp"
+#include "temp_dir.hpp"
 
 using namespace gnsilu::cache;
 namespace fs = std::filesystem;
+using testing::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char pattern[] = "/tmp/gnsilu-cache-test-XXXXXX";
-    path = mkdtemp(pattern);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 TuningKey key(int64_t cpg = 4, const std::string& device = "NVIDIA H200") {
   TuningKey k;
@@ -95,7 +84,7 @@ std::string populated(const TempDir& dir, const std::string& name, int entries) 
 }  // namespace
 
 TEST_CASE("a new file gets the current schema; entries and kernels round-trip") {
-  TempDir dir;
+  TempDir dir("cache-test");
   Store s(dir.file("sub/dir/cache.sqlite"), Store::Mode::ReadWrite);
   REQUIRE(s.writable());
   CHECK(s.schema_version() == kSchemaVersion);
@@ -133,7 +122,7 @@ TEST_CASE("a new file gets the current schema; entries and kernels round-trip") 
 }
 
 TEST_CASE("every key field separates entries") {
-  TempDir dir;
+  TempDir dir("cache-test");
   Store s(dir.file("c.sqlite"), Store::Mode::ReadWrite);
   std::vector<TuningKey> keys(9, key());
   keys[1].device.name = "NVIDIA H100 80GB HBM3";
@@ -154,7 +143,7 @@ TEST_CASE("every key field separates entries") {
 }
 
 TEST_CASE("an older schema is migrated with its rows kept; a newer one is left alone") {
-  TempDir dir;
+  TempDir dir("cache-test");
   const std::string old_path = dir.file("v1.sqlite");
   REQUIRE(Store::create_at_version(old_path, 1));
   {
@@ -204,7 +193,7 @@ TEST_CASE("an older schema is migrated with its rows kept; a newer one is left a
 }
 
 TEST_CASE("files that are not usable caches are reported and never modified") {
-  TempDir dir;
+  TempDir dir("cache-test");
   SUBCASE("random bytes") {
     const std::string path = dir.file("garbage.sqlite");
     std::mt19937 rng(5);
@@ -282,7 +271,7 @@ TEST_CASE("files that are not usable caches are reported and never modified") {
 }
 
 TEST_CASE("a compiled kernel whose bytes changed in the file is ignored") {
-  TempDir dir;
+  TempDir dir("cache-test");
   const std::string path = dir.file("k.sqlite");
   const KernelKey kk{90, "v1", "bf16-bf16-e16-w8-s1"};
   {
@@ -301,7 +290,7 @@ TEST_CASE("a compiled kernel whose bytes changed in the file is ignored") {
 }
 
 TEST_CASE("a full disk: writes fail cleanly, the file stays sound, earlier entries stay readable") {
-  TempDir dir;
+  TempDir dir("cache-test");
   SUBCASE("/dev/full") {
     // /dev/full reads as empty and fails every write with ENOSPC.
     const std::string path = dir.file("full-disk.sqlite");
@@ -342,7 +331,7 @@ TEST_CASE("a full disk: writes fail cleanly, the file stays sound, earlier entri
 }
 
 TEST_CASE("read-only layers are read, never written") {
-  TempDir dir;
+  TempDir dir("cache-test");
   const std::string path = populated(dir, "shipped.sqlite", 3);
   const std::string before = read_bytes(path);
   {
@@ -358,7 +347,7 @@ TEST_CASE("read-only layers are read, never written") {
 }
 
 TEST_CASE("a file locked by another process: no error reaches the caller, and later writes succeed") {
-  TempDir dir;
+  TempDir dir("cache-test");
   const std::string path = dir.file("locked.sqlite");
   Store s(path, Store::Mode::ReadWrite, 100);
   REQUIRE(s.put_tuning(entry(key(1))));
@@ -378,7 +367,7 @@ TEST_CASE("a file locked by another process: no error reaches the caller, and la
 }
 
 TEST_CASE("layering: the user file wins, shared files are read in order, writes go to the user file") {
-  TempDir dir;
+  TempDir dir("cache-test");
   const std::string shared1 = populated(dir, "shared1.sqlite", 0);
   const std::string shared2 = populated(dir, "shared2.sqlite", 0);
   {
@@ -444,7 +433,7 @@ TEST_CASE("settings from the environment") {
 }
 
 TEST_CASE("leases: one owner at a time, until released or expired") {
-  TempDir dir;
+  TempDir dir("cache-test");
   Store s(dir.file("l.sqlite"), Store::Mode::ReadWrite);
   CHECK(s.claim("key", "a", 60) == Store::Claim::Acquired);
   CHECK(s.claim("key", "a", 60) == Store::Claim::Acquired);  // the owner may renew
@@ -463,7 +452,7 @@ TEST_CASE("leases: one owner at a time, until released or expired") {
 }
 
 TEST_CASE("eight processes at once on one file: every write lands, one lease per key") {
-  TempDir dir;
+  TempDir dir("cache-test");
   const std::string path = dir.file("shared-by-8.sqlite");
   constexpr int kProcesses = 8, kKeys = 40;
   std::vector<pid_t> children;

@@ -10,25 +10,14 @@
 
 #include "kernels.hpp"
 #include "store.hpp"
+#include "temp_dir.hpp"
 #include "transfer.hpp"
 
 using namespace gnsilu::cache;
 namespace fs = std::filesystem;
+using testing::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char pattern[] = "/tmp/gnsilu-transfer-test-XXXXXX";
-    path = mkdtemp(pattern);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 TuningKey key(int64_t cpg, const std::string& device = "NVIDIA H200", const std::string& code = "v1") {
   TuningKey k;
@@ -96,7 +85,7 @@ TEST_CASE("the export format round-trips every field, including kernel bytes of 
 }
 
 TEST_CASE("a cache file and an export file read the same; writing is atomic") {
-  TempDir dir;
+  TempDir dir("transfer-test");
   {
     Store s(dir.file("c.sqlite"), Store::Mode::ReadWrite);
     REQUIRE(s.put_tuning(entry(key(8), 8, 1.0)));
@@ -115,7 +104,7 @@ TEST_CASE("a cache file and an export file read the same; writing is atomic") {
 }
 
 TEST_CASE("damaged or foreign inputs are refused with the file and the field named") {
-  TempDir dir;
+  TempDir dir("transfer-test");
   Bundle b;
   b.tuning = {entry(key(4), 8, 1.0)};
   b.kernels = {kernel(90)};
@@ -189,7 +178,7 @@ TEST_CASE("merging: new keys added, identical ones counted, conflicts keep the b
 }
 
 TEST_CASE("merging into a store writes only what changed; a dry run writes nothing") {
-  TempDir dir;
+  TempDir dir("transfer-test");
   Store s(dir.file("c.sqlite"), Store::Mode::ReadWrite);
   REQUIRE(s.put_tuning(entry(key(4), 8, 2.0)));
   Bundle incoming;
@@ -223,7 +212,7 @@ TEST_CASE("entries for another device or kernel version are set apart") {
 }
 
 TEST_CASE("kernel listing and removal in a store") {
-  TempDir dir;
+  TempDir dir("transfer-test");
   Store s(dir.file("c.sqlite"), Store::Mode::ReadWrite);
   REQUIRE(s.put_kernel(kernel(90).key, kernel(90).image));
   REQUIRE(s.put_kernel(kernel(80, "v0").key, kernel(80, "v0").image));

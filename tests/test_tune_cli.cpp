@@ -13,25 +13,14 @@
 
 #include "kernels.hpp"
 #include "store.hpp"
+#include "temp_dir.hpp"
 
 using namespace gnsilu::cache;
 using nlohmann::json;
 namespace fs = std::filesystem;
+using testing::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char pattern[] = "/tmp/gnsilu-tune-cli-XXXXXX";
-    path = mkdtemp(pattern);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -90,7 +79,7 @@ const std::string& current() { return gnsilu::detail::code_version(); }
 }  // namespace
 
 TEST_CASE("help for every subcommand; argument errors exit 2 with one line") {
-  TempDir dir;
+  TempDir dir("tune-cli");
   for (const char* sub : {"", "warm", "compile", "list", "show", "export", "import", "merge", "verify", "prune", "report"}) {
     const Result r = tune(dir, std::string(sub) + " --help");
     CHECK_MESSAGE(r.code == 0, sub);
@@ -117,7 +106,7 @@ TEST_CASE("help for every subcommand; argument errors exit 2 with one line") {
 }
 
 TEST_CASE("compile and warm without a GPU fill the kernel cache, once") {
-  TempDir dir;
+  TempDir dir("tune-cli");
   Result r = tune(dir, "compile --arch 90 --dtype bf16 --cache c.sqlite --json");
   REQUIRE_MESSAGE(r.code == 0, r.err);
   json j = r.doc();
@@ -149,7 +138,7 @@ TEST_CASE("compile and warm without a GPU fill the kernel cache, once") {
 }
 
 TEST_CASE("list, show, export, import, merge: round trips and conflicts, parsed back from --json") {
-  TempDir dir;
+  TempDir dir("tune-cli");
   {
     Store a(dir.file("a.sqlite"), Store::Mode::ReadWrite);
     REQUIRE(a.put_tuning(entry(key(4, current()), 8, 2.0)));
@@ -224,7 +213,7 @@ TEST_CASE("list, show, export, import, merge: round trips and conflicts, parsed 
 }
 
 TEST_CASE("corrupt inputs exit 3 and change nothing") {
-  TempDir dir;
+  TempDir dir("tune-cli");
   {
     Store a(dir.file("a.sqlite"), Store::Mode::ReadWrite);
     REQUIRE(a.put_tuning(entry(key(4, current()), 8, 2.0)));
@@ -250,7 +239,7 @@ TEST_CASE("corrupt inputs exit 3 and change nothing") {
 }
 
 TEST_CASE("prune drops other kernel versions; report draws every candidate") {
-  TempDir dir;
+  TempDir dir("tune-cli");
   {
     Store a(dir.file("a.sqlite"), Store::Mode::ReadWrite);
     REQUIRE(a.put_tuning(entry(key(4, current()), 8, 2.0)));

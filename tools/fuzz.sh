@@ -9,18 +9,7 @@
 # $TMPDIR (here /dev/shm when there is one: the cache's fsyncs are then free).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh
-packages=(clang-14 libclang-rt-14-dev)  # clang, and its libFuzzer and sanitizer runtimes
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "fuzz: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bash tools/setup.sh clang-14 libclang-rt-14-dev  # clang, and its libFuzzer and sanitizer runtimes
 
 build=${GNSILU_FUZZ_BUILD_DIR:-build-fuzz}
 seconds=${GNSILU_FUZZ_SECONDS:-60}

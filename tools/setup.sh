@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs what building gnsilu needs on Debian 12 (run as root; a no-op when everything is there).
+# Installs what building gnsilu needs on Debian 12 (run as root; a no-op when everything is there), and the Debian
+# packages named as arguments (tools/fuzz.sh: clang).
 # The CUDA toolkit (NVRTC and headers, 12.0 or newer) is expected at /usr/local/cuda or on the PATH.
 set -euo pipefail
 packages=(cmake make g++ python3 libsqlite3-dev nlohmann-json3-dev libsqlitecpp-dev libspdlog-dev libfmt-dev
-          doctest-dev libcli11-dev)
+          doctest-dev libcli11-dev "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -28,6 +28,7 @@
 #include "kernels.hpp"
 #include "modules.hpp"
 #include "plan.hpp"
+#include "skip.hpp"
 #include "support.hpp"
 
 using namespace testing;
@@ -598,13 +599,8 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::string why;
-  if (!gnsilu::detail::driver_available(&why)) {
-    std::printf("SKIPPED: %s\n", why.c_str());
-    return 77;
-  }
+  if (!gpu_present_or_say_why()) return 77;
   try {
-    gnsilu::check_device();
     CUdevice device = 0;
     GNSILU_CU(drv().cuDeviceGet(&device, 0));
     CUcontext context = nullptr;

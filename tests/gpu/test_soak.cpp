@@ -15,6 +15,7 @@
 
 #include "driver.hpp"
 #include "errors.hpp"
+#include "skip.hpp"
 #include "support.hpp"
 
 using namespace testing;
@@ -83,17 +84,7 @@ Call random_call(std::mt19937_64& rng) {
 }  // namespace
 
 int main() {
-  std::string why;
-  if (!gnsilu::detail::driver_available(&why)) {
-    std::printf("SKIPPED: %s\n", why.c_str());
-    return 77;
-  }
-  try {
-    gnsilu::check_device();
-  } catch (const gnsilu::Error& e) {
-    std::printf("SKIPPED: %s\n", e.what());
-    return 77;
-  }
+  if (!gpu_present_or_say_why()) return 77;
   const char* env = std::getenv("GNSILU_SOAK_CALLS");
   const long calls = env != nullptr ? std::atol(env) : 100000;
   try {

@@ -26,6 +26,7 @@
 #include "faults.hpp"
 #include "modules.hpp"
 #include "store.hpp"
+#include "skip.hpp"
 #include "support.hpp"
 
 using namespace testing;
@@ -606,13 +607,8 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::string why;
-  if (!gnsilu::detail::driver_available(&why)) {
-    std::printf("SKIPPED: %s\n", why.c_str());
-    return 77;
-  }
+  if (!gpu_present_or_say_why()) return 77;
   try {
-    gnsilu::check_device();
     const int count = device_count();
     for (int i = 0; i < count; ++i) {
       const auto& info = gnsilu::detail::device_info(i);
