@@ -127,7 +127,7 @@ void make_templates() {
     }
     for (int i = 0; i < 5; ++i) s.put_tuning(make_entry(g_keys[static_cast<std::size_t>(i)], i));
     for (int i = 0; i < 4; ++i) s.put_kernel(g_kernels[static_cast<std::size_t>(i)], make_image(i));
-    s.claim("lease-key", "owner-a", 1e9);  // held by another process for good
+    s.claim("lease-key", "owner-a", 86400);  // held by another process for the longest lease allowed, a day
   }
   g_templates.push_back(read_file(g_path));  // 0: WAL mode, current schema
   g_bundle = gnsilu::cache::read_bundle(g_path);
@@ -255,7 +255,7 @@ KernelImage any_image(Input& in) {
   return k;
 }
 
-enum class Lease { InForce, Expired, Unknown };
+enum class Lease { InForce, Unknown };
 
 struct Context {
   Store& store;
@@ -336,8 +336,13 @@ const Operation kOperations[] = {
       const bool writable = c.store.writable();
       const Store::Claim got = c.store.claim(key, owner, seconds);
       if (!writable) REQUIRE(got == Store::Claim::Unavailable, "a store that cannot be written gave a lease");
-      if (!c.pristine || !writable || std::isnan(seconds)) {
-        c.pristine = false;  // (NaN: the store refuses and stops writing)
+      if (!(seconds >= 0.0 && seconds <= 86400.0)) {  // NaN, negative or over a day: refused, nothing written
+        REQUIRE(got == Store::Claim::Unavailable, "a lease for " + std::to_string(seconds) + " s was given");
+        REQUIRE(c.store.writable() == writable, "a refused lease changed whether the store can be written");
+        return;
+      }
+      if (!c.pristine || !writable) {
+        c.pristine = false;
         return;
       }
       const auto it = c.leases.find(key);
@@ -345,7 +350,7 @@ const Operation kOperations[] = {
       const bool held = it != c.leases.end() && it->second.first != owner && it->second.second == Lease::InForce;
       REQUIRE(got == (held ? Store::Claim::HeldByOther : Store::Claim::Acquired),
               "claim of '" + key + "' by '" + owner + "' for " + std::to_string(seconds) + " s");
-      if (!held) c.leases[key] = {owner, seconds > 5 ? Lease::InForce : seconds <= -5 ? Lease::Expired : Lease::Unknown};
+      if (!held) c.leases[key] = {owner, seconds > 5 ? Lease::InForce : Lease::Unknown};
     },
     [](Context& c) {  // release
       const std::string key = c.in.flag() ? "lease-key" : c.in.text(16);
