@@ -77,26 +77,10 @@ std::string join_lines(const std::vector<std::string>& lines) {
   return out;
 }
 
-json config_json(const LaunchConfig& c) {
-  return {{"elems_per_load", c.elems_per_load}, {"warps", c.warps}, {"stages", c.stages},
-          {"programs_per_sm", c.programs_per_sm}};
-}
-
 json entry_json(const TuningEntry& e) {
   json candidates = json::array();
-  for (const auto& c : e.candidates) {
-    candidates.push_back({{"config", config_json(c.config)}, {"median_us", c.median_us}, {"noise_us", c.noise_us},
-                          {"samples", c.samples}, {"status", c.status}});
-  }
-  const auto& d = e.key.device;
-  return {{"key",
-           {{"device", {{"name", d.name}, {"arch", d.arch}, {"sms", d.sms}, {"memory_mib", d.memory_mib},
-                        {"l2_kib", d.l2_kib}}},
-            {"code_version", e.key.code_version},
-            {"channels_per_group", e.key.channels_per_group},
-            {"x_dtype", dtype_name(e.key.x_dtype)},
-            {"y_dtype", dtype_name(e.key.y_dtype)},
-            {"size_class", e.key.size_class}}},
+  for (const auto& c : e.candidates) candidates.push_back(candidate_json(c));
+  return {{"key", key_json(e.key)},
           {"winner", config_json(e.winner)},
           {"default_us", e.default_us},
           {"best_us", e.best_us},
@@ -259,6 +243,27 @@ bool same_kernel(const KernelImage& a, const KernelImage& b) {
 }
 
 }  // namespace
+
+json key_json(const TuningKey& k) {
+  const auto& d = k.device;
+  return {{"device", {{"name", d.name}, {"arch", d.arch}, {"sms", d.sms}, {"memory_mib", d.memory_mib},
+                      {"l2_kib", d.l2_kib}}},
+          {"code_version", k.code_version},
+          {"channels_per_group", k.channels_per_group},
+          {"x_dtype", dtype_name(k.x_dtype)},
+          {"y_dtype", dtype_name(k.y_dtype)},
+          {"size_class", k.size_class}};
+}
+
+json config_json(const LaunchConfig& c) {
+  return {{"elems_per_load", c.elems_per_load}, {"warps", c.warps}, {"stages", c.stages},
+          {"programs_per_sm", c.programs_per_sm}};
+}
+
+json candidate_json(const CandidateTiming& c) {
+  return {{"config", config_json(c.config)}, {"median_us", c.median_us}, {"noise_us", c.noise_us},
+          {"samples", c.samples}, {"status", c.status}};
+}
 
 Bundle bundle_of(Store& store, bool with_kernels) {
   Bundle b;

@@ -4,6 +4,7 @@
 // entry. Everything here reports bad input as TransferError naming the file and what is wrong with it.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -34,6 +35,12 @@ struct Bundle {
 
 constexpr std::string_view kExportFormat = "gnsilu-cache-export";
 constexpr int kExportVersion = 1;
+
+// The export format's JSON of a key, a launch configuration and a candidate's timing (gnsilu-tune's --json
+// output uses the same fields).
+nlohmann::json key_json(const TuningKey& key);
+nlohmann::json config_json(const LaunchConfig& config);
+nlohmann::json candidate_json(const CandidateTiming& candidate);
 
 // Everything `store` holds (kernels only when `with_kernels`).
 Bundle bundle_of(Store& store, bool with_kernels);

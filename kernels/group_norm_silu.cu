@@ -494,7 +494,7 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
 }
 
 // ---- self-check of the fast 16-bit SiLU -------------------------------------------------------------------
-// For the FP32 bit patterns [first, first + count): how often silu_for_output takes its fast decision and
+// For the FP32 bit patterns [first, first + count): how often transform_vector takes its fast decision and
 // whether the decision gives silu32's 16-bit rounding. counts: [0] decided for bf16, [1] for fp16, [2] bf16
 // decided wrongly, [3] fp16 decided wrongly, [4] largest distance of the estimate from silu32 in FP32 ulps
 // (|v| <= 64), [5] largest ratio of that distance to the margin silu16_decided allows, in thousandths (below

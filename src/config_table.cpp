@@ -158,6 +158,14 @@ bool valid(const LaunchConfig& c) {
   }
 }
 
+// The cache files' entry for `key` when its winner is a valid configuration (counted as found).
+std::optional<cache::TuningEntry> usable_entry(cache::LayeredCache& store, const cache::TuningKey& key) {
+  auto e = store.find_tuning(key);
+  if (!e || !valid(e->winner)) return std::nullopt;
+  counters().found_in_cache++;
+  return e;
+}
+
 // Tunes `key` unless another process holds its lease in the user file; then waits up to `wait_ms` for that
 // process's entry. Stores what it tunes.
 WarmResult tune_under_lease(const CallInfo& call, const cache::TuningKey& key, cache::LayeredCache& store,
@@ -176,8 +184,7 @@ WarmResult tune_under_lease(const CallInfo& call, const cache::TuningKey& key, c
     const auto deadline = started + std::chrono::milliseconds(wait_ms);
     while (std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (auto e = store.find_tuning(key); e && valid(e->winner)) {
-        counters().found_in_cache++;
+      if (auto e = usable_entry(store, key)) {
         r.outcome = WarmResult::Outcome::TunedElsewhere;
         r.entry = std::move(e);
         r.seconds = elapsed();
@@ -219,10 +226,7 @@ LaunchConfig resolve(const CallInfo& call, TunePolicy policy, bool small, bool& 
   const cache::TuningKey key =
       tuning_key(call.device, call.geometry, call.problem.x_dtype, call.problem.y_dtype, call.path);
   auto store = cache::process_cache();
-  if (auto e = store->find_tuning(key); e && valid(e->winner)) {
-    counters().found_in_cache++;
-    return e->winner;
-  }
+  if (auto e = usable_entry(*store, key)) return e->winner;
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   driver().cuStreamIsCapturing(call.stream, &capture);
   if (policy == TunePolicy::CachedOnly || capture != CU_STREAM_CAPTURE_STATUS_NONE) {
@@ -341,8 +345,7 @@ WarmResult warm_key(const CallInfo& call, bool retune) {
       tuning_key(call.device, call.geometry, call.problem.x_dtype, call.problem.y_dtype, call.path);
   auto store = cache::process_cache();
   if (!retune) {
-    if (auto e = store->find_tuning(key); e && valid(e->winner)) {
-      counters().found_in_cache++;
+    if (auto e = usable_entry(*store, key)) {
       WarmResult r;
       r.outcome = WarmResult::Outcome::Cached;
       r.key = key;

@@ -21,6 +21,8 @@ namespace gnsilu::tune {
 namespace {
 
 using nlohmann::json;
+using cache::config_json;
+using cache::key_json;
 
 bool file_exists(const std::string& path) {
   struct stat st {};
@@ -85,9 +87,7 @@ json entry_summary_json(const cache::TuningEntry& e, std::size_t id) {
 std::vector<DTypePair> pairs_of(const std::vector<std::string>& texts) {
   std::vector<DTypePair> pairs;
   for (const auto& t : texts) {
-    const DTypePair p = parse_dtype_pair(t);
-    if (std::none_of(pairs.begin(), pairs.end(), [&](const DTypePair& q) { return q.x == p.x && q.y == p.y; }))
-      pairs.push_back(p);
+    add_unique(pairs, parse_dtype_pair(t));
   }
   return pairs;
 }
@@ -131,14 +131,7 @@ std::vector<ShapeRequest> requests_of(const WarmOptions& o) {
     for (auto& r : shapes_from_json(f, pairs)) out.push_back(std::move(r));
   }
   if (out.empty()) throw CliError(kUsage, "nothing to warm: give shapes (like 1x512x128x128), --preset or --shapes-file");
-  for (const auto& r : out) {
-    try {
-      detail::make_geometry(r.shape, r.groups);
-    } catch (const Error& e) {
-      throw CliError(kUsage, r.origin + ": " + shape_text(r.shape) + " with " + std::to_string(r.groups) +
-                                 " groups: " + e.what());
-    }
-  }
+  for (const auto& r : out) geometry_of(r);  // every request checked before any work
   return out;
 }
 
@@ -193,10 +186,7 @@ int run_warm(const WarmOptions& o) {
   if (!gpu) {
     // Without a GPU only the compiled-kernel cache can be prepared.
     std::vector<DTypePair> pairs;
-    for (const auto& r : requests) {
-      if (std::none_of(pairs.begin(), pairs.end(), [&](const DTypePair& p) { return p.x == r.x && p.y == r.y; }))
-        pairs.push_back({r.x, r.y});
-    }
+    for (const auto& r : requests) add_unique(pairs, {r.x, r.y});
     const std::vector<int> archs = o.archs.empty() ? std::vector<int>{90} : o.archs;
     const std::string reason =
         o.compile_only ? std::string("compile only: no timing")
@@ -322,10 +312,7 @@ int run_show(const ShowOptions& o) {
   if (o.common.json) {
     json doc = entry_summary_json(e, static_cast<std::size_t>(o.id));
     json cands = json::array();
-    for (const auto& c : e.candidates) {
-      cands.push_back({{"config", config_json(c.config)}, {"median_us", c.median_us}, {"noise_us", c.noise_us},
-                       {"samples", c.samples}, {"status", c.status}});
-    }
+    for (const auto& c : e.candidates) cands.push_back(cache::candidate_json(c));
     doc["candidates"] = cands;
     print_json(doc);
     return kOk;

@@ -73,15 +73,6 @@ void make_inputs(const GpuSession& gpu, const std::vector<int64_t>& shape, int64
   in.problem.bias = reinterpret_cast<const void*>(in.bias.get());
 }
 
-detail::Geometry geometry_of(const ShapeRequest& r) {
-  try {
-    return detail::make_geometry(r.shape, r.groups);
-  } catch (const Error& e) {
-    throw CliError(kUsage, r.origin + ": " + shape_text(r.shape) + " with " + std::to_string(r.groups) +
-                               " groups: " + e.what());
-  }
-}
-
 // "1x512x16384 G=32" -> shape and groups (what the tuner records as tuned_shape).
 bool parse_tuned_shape(const std::string& text, std::vector<int64_t>& shape, int64_t& groups) {
   const auto space = text.find(" G=");
@@ -140,6 +131,8 @@ std::vector<WarmRow> keys_of(const GpuSession& gpu, const std::vector<ShapeReque
     const Path path = detail::choose_path(g, Path::Auto, gpu.info().sms);
     WarmRow row;
     row.request = r;
+    row.geometry = g;
+    row.path = path;
     row.key = detail::tuning_key(gpu.info(), g, r.x, r.y, path);
     if (seen.emplace(row.key.text(), rows.size()).second) rows.push_back(std::move(row));
   }
@@ -151,8 +144,7 @@ std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requ
   for (auto& row : rows) {
     const ShapeRequest& r = row.request;
     try {
-      const detail::Geometry g = geometry_of(r);
-      const Path path = detail::choose_path(g, Path::Auto, gpu.info().sms);
+      const detail::Geometry& g = row.geometry;
       std::vector<int64_t> slice;
       int64_t slice_groups = 0;
       detail::tuning_slice_of(g, r.x, r.y, slice, slice_groups);
@@ -160,7 +152,7 @@ std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requ
       for (auto d : slice) slice_numel *= d;
       Inputs in;
       make_inputs(gpu, r.shape, r.groups, slice_numel, r.x, r.y, in);
-      const detail::CallInfo call{in.problem, g, gpu.info(), gpu.context(), nullptr, path};
+      const detail::CallInfo call{in.problem, g, gpu.info(), gpu.context(), nullptr, row.path};
       const detail::WarmResult w = detail::warm_key(call, retune);
       using O = detail::WarmResult::Outcome;
       row.outcome = w.outcome == O::Cached           ? "cached"

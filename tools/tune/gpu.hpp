@@ -34,6 +34,8 @@ class GpuSession {
 
 struct WarmRow {
   ShapeRequest request;        // the first shape that needed the key
+  detail::Geometry geometry;   // of that shape
+  Path path = Path::Split;     // the path calls of that shape take
   cache::TuningKey key;
   std::string outcome;         // "cached", "tuned", "tuned by another process", "busy", "failed"
   std::optional<cache::TuningEntry> entry;

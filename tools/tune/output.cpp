@@ -29,22 +29,6 @@ std::string cache_path(const std::string& option) {
   return cache::settings_from_environment().user_path;
 }
 
-nlohmann::json config_json(const LaunchConfig& c) {
-  return {{"elems_per_load", c.elems_per_load}, {"warps", c.warps}, {"stages", c.stages},
-          {"programs_per_sm", c.programs_per_sm}};
-}
-
-nlohmann::json key_json(const cache::TuningKey& k) {
-  return {{"device",
-           {{"name", k.device.name}, {"arch", k.device.arch}, {"sms", k.device.sms},
-            {"memory_mib", k.device.memory_mib}, {"l2_kib", k.device.l2_kib}}},
-          {"code_version", k.code_version},
-          {"channels_per_group", k.channels_per_group},
-          {"x_dtype", dtype_name(k.x_dtype)},
-          {"y_dtype", dtype_name(k.y_dtype)},
-          {"size_class", k.size_class}};
-}
-
 std::string config_text(const LaunchConfig& c) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "e%d w%d s%d p%d", c.elems_per_load, c.warps, c.stages, c.programs_per_sm);

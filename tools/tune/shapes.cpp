@@ -84,6 +84,19 @@ DTypePair parse_dtype_pair(const std::string& text) {
   return p;
 }
 
+void add_unique(std::vector<DTypePair>& pairs, DTypePair pair) {
+  if (std::find(pairs.begin(), pairs.end(), pair) == pairs.end()) pairs.push_back(pair);
+}
+
+detail::Geometry geometry_of(const ShapeRequest& r) {
+  try {
+    return detail::make_geometry(r.shape, r.groups);
+  } catch (const Error& e) {
+    throw CliError(kUsage, r.origin + ": " + shape_text(r.shape) + " with " + std::to_string(r.groups) +
+                               " groups: " + e.what());
+  }
+}
+
 std::string pair_text(DType x, DType y) {
   return x == y ? dtype_name(x) : std::string(dtype_name(x)) + ":" + dtype_name(y);
 }

@@ -11,6 +11,7 @@
 
 #include "entries.hpp"
 #include "gnsilu/gnsilu.hpp"
+#include "plan.hpp"
 
 namespace gnsilu::tune {
 
@@ -51,7 +52,14 @@ struct ShapeRequest {
 struct DTypePair {
   DType x = DType::BF16;
   DType y = DType::BF16;
+  friend bool operator==(const DTypePair&, const DTypePair&) = default;
 };
+
+// Appends `pair` unless `pairs` holds it already.
+void add_unique(std::vector<DTypePair>& pairs, DTypePair pair);
+
+// The geometry of a request; CliError(kUsage) naming the request, its shape and groups when they do not fit.
+detail::Geometry geometry_of(const ShapeRequest& request);
 
 // "1x512x128x128" (throws CliError(kUsage) naming the text).
 std::vector<int64_t> parse_shape(const std::string& text);
@@ -83,9 +91,7 @@ std::vector<ShapeRequest> shapes_from_json(const std::string& path, const std::v
 // The cache file a command works on: --cache, else GNSILU_CACHE, else the default user file.
 std::string cache_path(const std::string& option);
 
-// JSON of a key and of a launch configuration (list, show, warm --json).
-nlohmann::json key_json(const cache::TuningKey& key);
-nlohmann::json config_json(const LaunchConfig& config);
+// (JSON of keys and configurations: cache::key_json and cache::config_json, the export format's.)
 std::string config_text(const LaunchConfig& config);  // "e16 w8 s1 p4"
 std::string key_text(const cache::TuningKey& key);   // "NVIDIA H200 sm90 | cpg16 bf16>bf16 | dram-split"
 
