@@ -196,6 +196,17 @@ WarmResult tune_under_lease(const CallInfo& call, const cache::TuningKey& key, c
     r.seconds = elapsed();
     return r;
   }
+  if (claim == cache::Store::Claim::Acquired) {
+    // Another process may have stored the entry and released the lease between this process's lookup and
+    // its claim: look again before tuning, or the key is tuned twice.
+    if (auto e = usable_entry(store, key)) {
+      user->release(lease, owner);
+      r.outcome = WarmResult::Outcome::TunedElsewhere;
+      r.entry = std::move(e);
+      r.seconds = elapsed();
+      return r;
+    }
+  }
   try {
     cache::TuningEntry entry = tune(call, key);
     r.seconds = elapsed();
