@@ -348,7 +348,9 @@ struct Pivot {
 template <int XT>
 GNSILU_HD Pivot chunk_pivot(float first_sum, float largest_abs, int n) {
   const u32 max_abs_bits = bits_of(largest_abs);
-  float mean = div32(first_sum, static_cast<float>(n));
+  // Dividing by 1024 and multiplying by 2^-10 round the same exact quotient once: the same bits, and a full
+  // chunk (n known to be kChunk at compile time) skips the division.
+  float mean = n == kChunk ? first_sum * (1.0f / kChunk) : div32(first_sum, static_cast<float>(n));
   if (!(mean - mean == 0.0f)) mean = 0.0f;
   Pivot p;
   p.c = round_to_12_bits(mean);
@@ -497,8 +499,11 @@ __device__ __forceinline__ bool silu16_decided(float v, float f) {
   static_assert(T == kBF16 || T == kFP16, "16-bit outputs only");
   constexpr u32 kDropped = T == kBF16 ? 0xFFFFu : 0x1FFFu;  // FP32 mantissa bits below the 16-bit value's
   constexpr float kMidpoint = T == kBF16 ? 32768.0f : 4096.0f;
-  // The dropped bits as an exact float (2^23 + bits - 2^23), less the midpoint.
-  const float from_midpoint = float_of((bits_of(f) & kDropped) | 0x4B000000u) - (8388608.0f + kMidpoint);
+  // The dropped bits as an exact float (2^23 + bits - 2^23), less the midpoint. (bits & kDropped) | 2^23's
+  // exponent is one LOP3 with both constants in registers; written as C++ it compiles to two.
+  u32 dropped;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(dropped) : "r"(bits_of(f)), "r"(kDropped), "r"(0x4B000000u));
+  const float from_midpoint = float_of(dropped) - (8388608.0f + kMidpoint);
   const float a = fabsf(v);
   const bool decided = (a <= 64.0f) & (fabsf(from_midpoint) > fma32(a, 1.25f, 16.0f));
   if constexpr (T == kFP16) return decided & (fabsf(f) >= 6.103515625e-05f);  // 2^-14: normal fp16
@@ -506,15 +511,37 @@ __device__ __forceinline__ bool silu16_decided(float v, float f) {
 }
 
 // y for a vector of x: silu32 for FP32 outputs; for 16-bit outputs the estimate where it decides the
-// rounding, silu32 for the elements where it does not.
-template <int YT>
-__device__ __forceinline__ void transform_vector(float (&v)[kVec], const RowConstants& rc) {
+// rounding, silu32 for the elements where it does not. v holds x on entry and y on return.
+//
+// Two ways to handle the undecided elements, which give the same bits (PERFORMANCE.md, v6, has the timings):
+//   REDECIDE: the common path only notes whether any element was undecided, with no per-element bookkeeping;
+//     the rare path decides again element by element, x_of(e) giving element e of x again. Faster in the
+//     split path's apply for bf16 outputs (16 dropped bits: undecided elements are rare).
+//   otherwise: an undecided element keeps its x in v and only those elements run silu32. Faster for fp16
+//     (13 dropped bits: ~0.5% of elements undecided, so most warps meet one in some lane) and in the fused
+//     kernel.
+template <int YT, bool REDECIDE, typename XOf>
+__device__ __forceinline__ void transform_vector(float (&v)[kVec], const RowConstants& rc, XOf x_of) {
   if constexpr (YT == kFP32) {
 #pragma unroll
     for (int e = 0; e < kVec; ++e) v[e] = transform(v[e], rc);
+  } else if constexpr (REDECIDE) {
+    bool undecided = false;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const float pre = preactivation(v[e], rc);
+      const float f = silu_estimate(pre);
+      undecided |= !silu16_decided<YT>(pre, f);
+      v[e] = f;
+    }
+    if (undecided) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const float pre = preactivation(x_of(e), rc);
+        if (!silu16_decided<YT>(pre, silu_estimate(pre))) v[e] = silu32(pre);
+      }
+    }
   } else {
-    // An undecided element keeps its x (no second array: the fused kernel has no registers to spare) and has
-    // its pre-activation computed again, identically, for silu32.
     unsigned undecided = 0;
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {

@@ -2,10 +2,12 @@
 //
 // Two paths compute the same bits (gnsilu_math.cuh defines the arithmetic and the reduction tree):
 //
-//   split (three launches, any size):
+//   split (three launches, any size; from sm_90 the second and third overlap the drain of the one before):
 //     chunk_stats  one warp per 1024-element chunk: loads the chunk into registers (4 x 16-byte vectors per
 //                  lane), sums it, takes its pivot, then sums the centred values and their squares from the
 //                  same registers: x is read once for the statistics. Writes a 32-byte record per chunk.
+//                  When every chunk is full (group length a multiple of 1024) it takes a path with no
+//                  division of the chunk index and no per-element mask.
 //     finalize     one block per group: combines the group's records in FP64, writes per-(n, c) constants.
 //     apply        tiles of (row, span): y = silu(fma(fma(x, u, -z), k, c)), 16-byte loads and stores; for
 //                  16-bit outputs SiLU is estimated with MUFU and silu32 runs only where the estimate cannot
@@ -89,6 +91,22 @@ __device__ __forceinline__ void unpack(const RawVector<T>& r, float (&v)[kVec]) 
         v[2 * k + 1] = fp16_to_float(hi);
       }
     }
+  }
+}
+
+// Element e of a raw vector, as a float (the value unpack gives).
+template <int XT>
+__device__ __forceinline__ float element_of(const RawVector<XT>& r, int e) {
+  if constexpr (XT == kFP32) {
+    const Raw16& h = r.q[e / 4];
+    const int k = e % 4;
+    return float_of(k == 0 ? h.a : k == 1 ? h.b : k == 2 ? h.c : h.d);
+  } else {
+    const int k = e / 2;
+    const u32 w = k == 0 ? r.q[0].a : k == 1 ? r.q[0].b : k == 2 ? r.q[0].c : r.q[0].d;
+    const u16 h = static_cast<u16>(e % 2 ? w >> 16 : w & 0xFFFFu);
+    if constexpr (XT == kBF16) return bf16_to_float(h);
+    else return fp16_to_float(h);
   }
 }
 
@@ -188,6 +206,16 @@ __device__ __forceinline__ void load_group_chunk(const Params& p, i64 group, i64
   }
 }
 
+// Chunk `chunk` when every chunk is full and x is 16-byte aligned (group length a multiple of kChunk, rows of
+// whole vectors): it starts at chunk * kChunk, with no division into (group, index) and no per-slot tests.
+template <int XT>
+__device__ __forceinline__ void load_full_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
+  c.n = kChunk;
+  const i64 start = chunk * kChunk + static_cast<i64>(lane) * kVec;
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) c.raw[s] = load_raw<XT>(p.x, start + kLanes * kVec * s);
+}
+
 // Chunk `chunk` of the whole tensor (the split path's numbering: group-major).
 template <int XT>
 __device__ __forceinline__ void load_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
@@ -201,21 +229,61 @@ __device__ __forceinline__ void chunk_values(const ChunkData<XT>& c, float (&v)[
   for (int s = 0; s < kSlots; ++s) unpack<XT>(c.raw[s], v[s]);
 }
 
-// The chunk's record from the values in registers (every lane returns the same record).
+// Two FP64 butterflies in one: lanes with bit 4 clear keep a and send b across, lanes with bit 4 set keep b and
+// send a, so after the first level each half of the warp carries one sum and every further level moves one
+// value instead of two. Each lane adds the same pairs in the same order as warp_sum(a) and warp_sum(b) would
+// (addition commutes bit for bit), so the sums are theirs. Lane 0 returns a's sum in `first`, b's in `second`.
+struct SumPair {
+  double first, second;
+};
+__device__ __forceinline__ SumPair warp_sum_pair(double a, double b, int lane) {
+  const bool upper = (lane & 16) != 0;
+  double v = (upper ? b : a) + __shfl_xor_sync(0xFFFFFFFFu, upper ? a : b, 16);
+#pragma unroll
+  for (int h = 8; h >= 1; h /= 2) v = v + __shfl_xor_sync(0xFFFFFFFFu, v, h);
+  return {v, __shfl_xor_sync(0xFFFFFFFFu, v, 16)};
+}
+
+// The largest |x| of a lane's slots. For bf16 from sm_86, on the raw words two at a time (max.xorsign.abs: the
+// larger magnitude, whose sign is then dropped; a NaN is skipped as fmaxf skips it), which gives the same value
+// as max_abs over the elements.
 template <int XT>
-__device__ __forceinline__ ChunkRecord reduce_chunk(const float (&v)[kSlots][kVec], int n, int lane) {
-  float part[kSlots];
+__device__ __forceinline__ float lane_max_abs(const ChunkData<XT>& c, const float (&v)[kSlots][kVec]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 860
+  if constexpr (XT == kBF16) {
+    u32 top = 0;
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      const u32 w[4] = {c.raw[s].q[0].a, c.raw[s].q[0].b, c.raw[s].q[0].c, c.raw[s].q[0].d};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) asm("max.xorsign.abs.bf16x2 %0, %0, %1;" : "+r"(top) : "r"(w[k]));
+    }
+    const u32 lo = top & 0x7FFFu;
+    const u32 hi = (top >> 16) & 0x7FFFu;
+    return float_of((lo > hi ? lo : hi) << 16);
+  }
+#endif
   float top = 0.0f;
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
-    float a[kVec];
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      a[e] = v[s][e];
-      if constexpr (Scaling<XT>::kScaled) top = max_abs(top, v[s][e]);
-    }
-    part[s] = tree8(a);
+    for (int e = 0; e < kVec; ++e) top = max_abs(top, v[s][e]);
   }
+  return top;
+}
+
+// The chunk's record (lane 0 returns it). FULL: the caller knows that n == kChunk, and the centring needs no
+// mask (with a run-time n the compiler tests every element).
+template <int XT, bool FULL = false>
+__device__ __forceinline__ ChunkRecord reduce_chunk(const ChunkData<XT>& c, int lane) {
+  const int n = FULL ? kChunk : c.n;
+  float v[kSlots][kVec];
+  chunk_values<XT>(c, v);
+  float part[kSlots];
+  float top = 0.0f;
+  if constexpr (Scaling<XT>::kScaled) top = lane_max_abs<XT>(c, v);
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) part[s] = tree8(v[s]);
   const float first = warp_sum(tree_slots(part[0], part[1], part[2], part[3]));
   if constexpr (Scaling<XT>::kScaled) top = warp_max_float(top);
   const Pivot pivot = chunk_pivot<XT>(first, top, n);
@@ -229,17 +297,18 @@ __device__ __forceinline__ ChunkRecord reduce_chunk(const float (&v)[kSlots][kVe
 #pragma unroll
     for (int e = 0; e < kVec; ++e) {
       const int i = (lane + kLanes * s) * kVec + e;
-      // Full chunks (all but a group's last) need no mask: a warp-uniform test.
-      d[e] = n == kChunk || i < n ? centred(v[s][e], pivot) : 0.0f;
+      d[e] = FULL || n == kChunk || i < n ? centred(v[s][e], pivot) : 0.0f;
       dd[e] = d[e] * d[e];
     }
     pr[s] = static_cast<double>(tree8(d));
     pq[s] = static_cast<double>(tree8(dd));
   }
+  const SumPair sums =
+      warp_sum_pair(tree_slots(pr[0], pr[1], pr[2], pr[3]), tree_slots(pq[0], pq[1], pq[2], pq[3]), lane);
   ChunkRecord r;
-  r.r = warp_sum(tree_slots(pr[0], pr[1], pr[2], pr[3]));
+  r.r = sums.first;
   r.c = pivot.c;
-  r.q = warp_sum(tree_slots(pq[0], pq[1], pq[2], pq[3]));
+  r.q = sums.second;
   r.e = pivot.e;
   r.unused[0] = 0;
   r.unused[1] = 0;
@@ -283,7 +352,18 @@ template <typename Term>
 __device__ __forceinline__ double partials_block(i64 count, double* shared, Term term) {
   const int t = threadIdx.x;
   double acc = 0.0;
-  for (i64 j = t; j < count; j += kPartials) acc = acc + term(j);
+  // Eight terms computed (their records loaded) before they are added in order, so that the loads overlap.
+  // (Measured: no change on the H200, where this kernel is bound by its chain of instructions, not by loads.)
+  constexpr int kBatch = 8;
+  i64 j = t;
+  for (; j + (kBatch - 1) * kPartials < count; j += kBatch * kPartials) {
+    double terms[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) terms[b] = term(j + b * kPartials);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) acc = acc + terms[b];
+  }
+  for (; j < count; j += kPartials) acc = acc + term(j);
   shared[t] = acc;
   __syncthreads();
 #pragma unroll
@@ -319,25 +399,40 @@ __device__ constexpr int vectors_per_step() {
   return tight && EPL / kVec > 2 ? 2 : EPL / kVec;
 }
 
-// y over elements [begin, end) of one row (one set of constants), EPL elements per thread per step.
+// y over elements [begin, end) of one row (one set of constants), EPL elements per thread per step. The next
+// step's vectors are loaded (raw) before this step's are transformed, so loads stay in flight during the
+// arithmetic.
 template <int XT, int YT, int THREADS, int EPL>
 __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, const RowConstants& rc, int tid) {
   constexpr int kVecs = vectors_per_step<XT, EPL>();
+  constexpr i64 kStep = static_cast<i64>(THREADS) * kVec * kVecs;
   if (p.vectorized) {
-    for (i64 i = begin + static_cast<i64>(tid) * kVec; i < end; i += static_cast<i64>(THREADS) * kVec * kVecs) {
-      float v[kVecs][kVec];
+    i64 i = begin + static_cast<i64>(tid) * kVec;
+    RawVector<XT> raw[kVecs];
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      const i64 at = i + static_cast<i64>(q) * THREADS * kVec;
+      if (at < end) raw[q] = load_raw<XT>(p.x, at);
+    }
+    for (; i < end; i += kStep) {
+      RawVector<XT> next[kVecs];
 #pragma unroll
       for (int q = 0; q < kVecs; ++q) {
-        const i64 at = i + static_cast<i64>(q) * THREADS * kVec;
-        if (at < end) load_vector<XT>(p.x, at, v[q]);
+        const i64 at = i + kStep + static_cast<i64>(q) * THREADS * kVec;
+        if (at < end) next[q] = load_raw<XT>(p.x, at);
       }
 #pragma unroll
       for (int q = 0; q < kVecs; ++q) {
         const i64 at = i + static_cast<i64>(q) * THREADS * kVec;
         if (at < end) {
-          transform_vector<YT>(v[q], rc);
-          store_vector<YT>(p.y, at, v[q]);
+          float v[kVec];
+          unpack<XT>(raw[q], v);
+          // For bf16 outputs, x again from its raw form in registers: the rare path runs often enough in some
+          // lane of a warp that reading x from memory instead measured 12% slower (PERFORMANCE.md, v6).
+          transform_vector<YT, YT == kBF16>(v, rc, [&](int e) { return element_of<XT>(raw[q], e); });
+          store_vector<YT>(p.y, at, v);
         }
+        raw[q] = next[q];
       }
     }
   } else {
@@ -346,52 +441,79 @@ __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, c
 }
 
 // ---- split path ------------------------------------------------------------------------------------------
-template <int XT>
+// Programmatic dependent launch (sm_90 and later; no-ops before): the host launches finalize and apply with
+// programmatic stream serialization, so their blocks may be resident before the kernel ahead of them has
+// finished. wait_for_previous_kernel returns once that kernel has completed and its writes are visible (at
+// once for a plain launch); allow_next_kernel lets the next kernel's blocks be scheduled as this one's drain.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <int XT, bool FULL>
 __device__ __forceinline__ void finish_chunk(const ChunkData<XT>& c, i64 chunk, int lane, ChunkRecord* records) {
-  float v[kSlots][kVec];
-  chunk_values<XT>(c, v);
-  const ChunkRecord r = reduce_chunk<XT>(v, c.n, lane);
+  const ChunkRecord r = reduce_chunk<XT, FULL>(c, lane);
   if (lane == 0) records[chunk] = r;
 }
 
-template <int XT, int WARPS, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(const Params p) {
-  static_assert(WARPS >= 1 && WARPS <= 32, "WARPS");
-  static_assert(STAGES == 1 || STAGES == 2, "STAGES");
+// The chunks of one warp: chunk, chunk + stride, ... FULL: every chunk full and aligned (load_full_chunk).
+template <int XT, int WARPS, int STAGES, bool FULL>
+__device__ __forceinline__ void chunk_stats_warp(const Params& p) {
   const int lane = threadIdx.x & 31;
   const i64 stride = static_cast<i64>(gridDim.x) * WARPS;
   const i64 total = p.chunks_total;
   ChunkRecord* records = static_cast<ChunkRecord*>(p.records);
+  const auto load = [&](i64 chunk, ChunkData<XT>& c) {
+    if constexpr (FULL) load_full_chunk<XT>(p, chunk, lane, c);
+    else load_chunk<XT>(p, chunk, lane, c);
+  };
   i64 chunk = static_cast<i64>(blockIdx.x) * WARPS + threadIdx.x / 32;
   if constexpr (STAGES == 1) {
     for (; chunk < total; chunk += stride) {
       ChunkData<XT> c;
-      load_chunk<XT>(p, chunk, lane, c);
-      finish_chunk<XT>(c, chunk, lane, records);
+      load(chunk, c);
+      finish_chunk<XT, FULL>(c, chunk, lane, records);
     }
   } else {
     // Double buffering: the next chunk's loads are in flight while this one is reduced.
     if (chunk >= total) return;
     ChunkData<XT> a, b;
-    load_chunk<XT>(p, chunk, lane, a);
+    load(chunk, a);
     for (;;) {
       const i64 second = chunk + stride;
-      if (second < total) load_chunk<XT>(p, second, lane, b);
-      finish_chunk<XT>(a, chunk, lane, records);
+      if (second < total) load(second, b);
+      finish_chunk<XT, FULL>(a, chunk, lane, records);
       if (second >= total) break;
       const i64 third = second + stride;
-      if (third < total) load_chunk<XT>(p, third, lane, a);
-      finish_chunk<XT>(b, second, lane, records);
+      if (third < total) load(third, a);
+      finish_chunk<XT, FULL>(b, second, lane, records);
       if (third >= total) break;
       chunk = third;
     }
   }
 }
 
+template <int XT, int WARPS, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(const Params p) {
+  static_assert(WARPS >= 1 && WARPS <= 32, "WARPS");
+  static_assert(STAGES == 1 || STAGES == 2, "STAGES");
+  allow_next_kernel();
+  if (p.vectorized && p.group_length % kChunk == 0) chunk_stats_warp<XT, WARPS, STAGES, true>(p);
+  else chunk_stats_warp<XT, WARPS, STAGES, false>(p);
+}
+
 // One block of 256 threads per group (a grid-stride loop over the groups).
 __global__ void __launch_bounds__(kPartials) finalize(const Params p) {
   __shared__ double shared[kPartials];
   __shared__ int max_shared;
+  allow_next_kernel();
+  wait_for_previous_kernel();
   const i64 count = p.chunks_per_group;
   const i64 length = p.group_length;
   for (i64 group = blockIdx.x; group < p.groups_total; group += gridDim.x) {
@@ -399,6 +521,7 @@ __global__ void __launch_bounds__(kPartials) finalize(const Params p) {
     if (threadIdx.x == 0) max_shared = -1000;
     __syncthreads();
     int max_e = -1000;
+#pragma unroll 8
     for (i64 j = threadIdx.x; j < count; j += kPartials) max_e = records[j].e > max_e ? records[j].e : max_e;
     atomicMax(&max_shared, max_e);  // a maximum: the order does not matter
     const double sum =
@@ -420,6 +543,7 @@ __global__ void __launch_bounds__(kPartials) finalize(const Params p) {
 template <int XT, int YT, int WARPS, int EPL>
 __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Params p) {
   static_assert(EPL == 8 || EPL == 16 || EPL == 32, "EPL");
+  wait_for_previous_kernel();
   const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
   for (i64 t = blockIdx.x; t < p.tiles_total; t += gridDim.x) {
     const i64 row = t / p.spans_per_row;
@@ -449,9 +573,7 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
     for (int j = warp; j < chunks; j += WARPS) {
       ChunkData<XT> c;
       load_group_chunk<XT>(p, group, j, lane, c);
-      float v[kSlots][kVec];
-      chunk_values<XT>(c, v);
-      const ChunkRecord r = reduce_chunk<XT>(v, c.n, lane);
+      const ChunkRecord r = reduce_chunk<XT>(c, lane);
       if (lane == 0) records[j] = r;
     }
     __syncthreads();
@@ -478,7 +600,7 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
           const int at = i + q * kThreads * kVec;
           if (at < length) {
             const RowConstants rc = rows[static_cast<unsigned>(at) / s];
-            transform_vector<YT>(v[q], rc);
+            transform_vector<YT, false>(v[q], rc, [](int) { return 0.0f; });  // x stays in v[q]
             store_vector<YT>(p.y, base + at, v[q]);
           }
         }

@@ -34,6 +34,7 @@ namespace gnsilu::detail {
   X(cuModuleGetFunction, "cuModuleGetFunction")                                   \
   X(cuFuncGetAttribute, "cuFuncGetAttribute")                                     \
   X(cuLaunchKernel, "cuLaunchKernel")                                             \
+  X(cuLaunchKernelEx, "cuLaunchKernelEx")                                         \
   X(cuMemAlloc_v2, "cuMemAlloc_v2")                                               \
   X(cuMemFree_v2, "cuMemFree_v2")                                                 \
   X(cuMemcpyHtoD_v2, "cuMemcpyHtoD_v2")                                           \

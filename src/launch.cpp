@@ -4,19 +4,41 @@
 #include "errors.hpp"
 #include "faults.hpp"
 #include "kernels.hpp"
+#include "log.hpp"
 #include "modules.hpp"
 #include "workspace.hpp"
 
 namespace gnsilu::detail {
 namespace {
 
+// `overlap`: launched with programmatic stream serialization (sm_90 and later), so that the kernel's blocks
+// may start while the previous kernel of the stream drains; the kernels wait (griddepcontrol.wait) for it to
+// finish before they read what it wrote. A driver that refuses the attribute gets a plain launch instead.
 void launch_kernel(const Driver& d, CUfunction f, unsigned blocks, unsigned threads, CUstream stream,
-                   const kernel::Params& params, const char* what) {
+                   const kernel::Params& params, const char* what, bool overlap = false) {
   if (blocks == 0) return;
   kernel::Params copy = params;
   void* args[] = {&copy};
-  const CUresult r = take_fault(Fault::Launch) ? CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
-                                               : d.cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, 0, stream, args, nullptr);
+  if (take_fault(Fault::Launch)) throw_cuda(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, what, __FILE__, __LINE__);
+  if (overlap) {
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = blocks;
+    config.gridDimY = 1;
+    config.gridDimZ = 1;
+    config.blockDimX = threads;
+    config.blockDimY = 1;
+    config.blockDimZ = 1;
+    config.hStream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    const CUresult ex = d.cuLaunchKernelEx(&config, f, args, nullptr);
+    if (ex == CUDA_SUCCESS) return;
+    logger().debug("{} with programmatic stream serialization: {}; launching without it", what, describe(ex));
+  }
+  const CUresult r = d.cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, 0, stream, args, nullptr);
   if (r != CUDA_SUCCESS) throw_cuda(r, what, __FILE__, __LINE__);
 }
 
@@ -49,10 +71,14 @@ void launch_problem(const Problem& problem, const Geometry& g, const DeviceInfo&
   }
   p.records = base;
   p.rows = static_cast<char*>(base) + plan.rows_offset;
+  // finalize and apply overlap the tail of the kernel before them where the GPU can (sm_90 and later); the
+  // first kernel waits for whatever the stream ran before, as any launch does.
+  const bool overlap = device.major >= 9;
   launch_kernel(d, kernels.kernel(kStats), plan.stats_blocks, plan.threads, stream, p, "cuLaunchKernel(chunk_stats)");
   launch_kernel(d, kernels.kernel(kFinalize), plan.finalize_blocks, plan.finalize_threads, stream, p,
-                "cuLaunchKernel(finalize)");
-  launch_kernel(d, kernels.kernel(kApply), plan.apply_blocks, plan.threads, stream, p, "cuLaunchKernel(apply)");
+                "cuLaunchKernel(finalize)", overlap);
+  launch_kernel(d, kernels.kernel(kApply), plan.apply_blocks, plan.threads, stream, p, "cuLaunchKernel(apply)",
+                overlap);
 }
 
 }  // namespace gnsilu::detail
