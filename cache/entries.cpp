@@ -11,9 +11,9 @@ std::string TuningKey::text() const {
          std::to_string(channels_per_group) + "|" + dtype_name(x_dtype) + ">" + dtype_name(y_dtype) + "|" + size_class;
 }
 
-std::string size_class_of(std::size_t bytes, std::size_t l2_bytes, bool fused) {
+std::string size_class_of(std::size_t bytes, std::size_t l2_bytes, std::string_view path) {
   // Activations whose x and y fit in L2 run from cache on repeated calls; larger ones stream from DRAM.
-  return std::string(bytes <= l2_bytes ? "l2" : "dram") + (fused ? "-fused" : "-split");
+  return std::string(bytes <= l2_bytes ? "l2-" : "dram-") + std::string(path);
 }
 
 std::string kernel_checksum(const std::vector<char>& image, const std::string& joined_names) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gnsilu/gnsilu.hpp"
@@ -69,9 +70,9 @@ struct KernelImage {
 };
 
 // The size class of an activation of `bytes` bytes (x and y together) on a GPU with `l2_bytes` of L2, run on the
-// fused (one launch) or the split path: "l2-fused", "l2-split", "dram-split", ... Winners differ between them
-// (docs/PERFORMANCE.md), so they tune separately.
-std::string size_class_of(std::size_t bytes, std::size_t l2_bytes, bool fused);
+// path `path` ("fused", "split" or "streamed"): "l2-fused", "l2-split", "dram-split", "dram-streamed", ...
+// Winners differ between them (docs/PERFORMANCE.md), so they tune separately.
+std::string size_class_of(std::size_t bytes, std::size_t l2_bytes, std::string_view path);
 
 // FNV-1a over a kernel image and its lowered names joined by newlines, as 16 hex digits: SQLite checks its
 // pages' structure, not the bytes of a blob, and a damaged kernel image must never be loaded.

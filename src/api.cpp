@@ -92,7 +92,7 @@ void group_norm_silu(const Problem& problem, gnsilu_stream stream, Workspace wor
   }
   check_pointers(problem, g, dev, workspace, detail::workspace_bytes(g));
 
-  const Path path = detail::choose_path(g, options.path, dev.sms);
+  const Path path = detail::choose_path(g, options.path, detail::target_of(dev, problem.x_dtype));
   const LaunchConfig config =
       options.config ? *options.config
                      : detail::config_for({problem, g, dev, scope.context(), stream, path},
@@ -140,6 +140,16 @@ const char* dtype_name(DType dtype) {
     case DType::FP16: return "fp16";
     case DType::FP32: return "fp32";
     case DType::None: return "none";
+  }
+  return "unknown";
+}
+
+const char* path_name(Path path) {
+  switch (path) {
+    case Path::Auto: return "auto";
+    case Path::Fused: return "fused";
+    case Path::Split: return "split";
+    case Path::Streamed: return "streamed";
   }
   return "unknown";
 }

@@ -289,7 +289,7 @@ cache::TuningKey tuning_key(const DeviceInfo& device, const Geometry& g, DType x
   k.x_dtype = x;
   k.y_dtype = y;
   k.size_class = cache::size_class_of(static_cast<std::size_t>(g.numel) * (dtype_size(x) + dtype_size(y)),
-                                      static_cast<std::size_t>(device.l2_bytes), path == Path::Fused);
+                                      static_cast<std::size_t>(device.l2_bytes), path_name(path));
   return k;
 }
 

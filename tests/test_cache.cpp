@@ -407,10 +407,11 @@ TEST_CASE("layering: the user file wins, shared files are read in order, writes 
 
 TEST_CASE("size classes: fits L2 or not, and the path") {
   const std::size_t l2 = std::size_t{60} << 20;
-  CHECK(size_class_of(l2, l2, true) == "l2-fused");
-  CHECK(size_class_of(l2, l2, false) == "l2-split");
-  CHECK(size_class_of(l2 + 1, l2, false) == "dram-split");
-  CHECK(size_class_of(l2 + 1, l2, true) == "dram-fused");
+  CHECK(size_class_of(l2, l2, "fused") == "l2-fused");
+  CHECK(size_class_of(l2, l2, "split") == "l2-split");
+  CHECK(size_class_of(l2 + 1, l2, "split") == "dram-split");
+  CHECK(size_class_of(l2 + 1, l2, "fused") == "dram-fused");
+  CHECK(size_class_of(l2 + 1, l2, "streamed") == "dram-streamed");
 }
 
 TEST_CASE("settings from the environment") {

@@ -1,6 +1,7 @@
 // gnsilu-bench: measurements on a GPU, printed as a table (and JSON with --json FILE).
 //
 //   gnsilu-bench shapes   [--shapes 1x512x128x128,...] [--dtypes bf16,fp16] [--groups 32] [--repeats 30]
+//                         [--paths split,streamed,fused] [--configs e16w8s2p4,...]
 //       For each shape and dtype, in one run on the same tensors: a device-to-device copy of x (the floor),
 //       gnsilu as an application sees it (tuned on first use, through the cache), the default configuration,
 //       and every candidate configuration timed by hand; CUDA events, L2 flushed before every timed run,
@@ -33,6 +34,7 @@
 #include "gnsilu/gnsilu.hpp"
 #include "gnsilu_math.cuh"
 #include "kernels.hpp"
+#include "launch.hpp"
 #include "modules.hpp"
 #include "plan.hpp"
 #include "tuner.hpp"
@@ -54,7 +56,33 @@ struct Args {
   int64_t groups = 32;
   int repeats = 30;
   std::string json_path;
+  std::vector<gnsilu::Path> paths = {gnsilu::Path::Split, gnsilu::Path::Streamed, gnsilu::Path::Fused};
+  std::vector<LaunchConfig> configs;  // empty: the tuner's candidates
 };
+
+// "e16w8s2p4" (or "e16 w8 s2 p4")
+LaunchConfig parse_config(const std::string& text) {
+  LaunchConfig c;
+  int* field = nullptr;
+  std::string digits;
+  const auto flush = [&] {
+    if (field == nullptr || digits.empty()) throw std::runtime_error("bad configuration " + text);
+    *field = std::stoi(digits);
+    digits.clear();
+  };
+  for (char ch : text) {
+    if (ch >= '0' && ch <= '9') {
+      digits += ch;
+      continue;
+    }
+    if (ch == ' ') continue;
+    if (field != nullptr) flush();
+    field = ch == 'e' ? &c.elems_per_load : ch == 'w' ? &c.warps : ch == 's' ? &c.stages : ch == 'p' ? &c.programs_per_sm : nullptr;
+    if (field == nullptr) throw std::runtime_error("bad configuration " + text);
+  }
+  flush();
+  return c;
+}
 
 std::vector<int64_t> parse_shape(const std::string& text) {
   std::vector<int64_t> dims;
@@ -92,6 +120,18 @@ Args parse(int argc, char** argv) {
       a.groups = std::stoll(value());
     } else if (arg == "--repeats") {
       a.repeats = std::stoi(value());
+    } else if (arg == "--paths") {
+      a.paths.clear();
+      std::stringstream in(value());
+      for (std::string s; std::getline(in, s, ',');) {
+        if (s == "split") a.paths.push_back(gnsilu::Path::Split);
+        else if (s == "streamed") a.paths.push_back(gnsilu::Path::Streamed);
+        else if (s == "fused") a.paths.push_back(gnsilu::Path::Fused);
+        else throw std::runtime_error("unknown path " + s);
+      }
+    } else if (arg == "--configs") {
+      std::stringstream in(value());
+      for (std::string s; std::getline(in, s, ',');) a.configs.push_back(parse_config(s));
     } else if (arg == "--json") {
       a.json_path = value();
     } else {
@@ -219,37 +259,55 @@ int run_shapes(const Args& a) {
       const double first_call_s = std::chrono::duration<double>(Clock::now() - t0).count();
       const bool tuned_now = gd::counters().tuned.load() > tuned_before;
       const double app = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream); });
+      // Every candidate on every path that can run: the library's path ("best by hand" and the default), and the
+      // fastest of the other paths.
+      const gnsilu::Path chosen = gd::choose_path(g, gnsilu::Path::Auto, gd::target_of(dev, dtype));
       json candidates = json::array();
       double best = 1e30, def = 0;
       LaunchConfig best_config;
-      for (const auto& c : gnsilu::candidate_configs()) {
-        gnsilu::LaunchOptions o;
-        o.config = c;
-        const double t = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream, {}, o); });
-        if (c == gnsilu::default_config(gd::choose_path(g, gnsilu::Path::Auto, dev.sms))) def = t;
-        if (t < best) {
-          best = t;
-          best_config = c;
+      std::map<std::string, double> path_best;
+      std::map<std::string, std::string> path_best_config;
+      std::vector<LaunchConfig> configs = a.configs;
+      if (configs.empty()) configs.assign(gnsilu::candidate_configs().begin(), gnsilu::candidate_configs().end());
+      for (gnsilu::Path path : a.paths) {
+        if (path == gnsilu::Path::Fused && !gd::fused_eligible(g)) continue;
+        double fastest = 1e30;
+        LaunchConfig fastest_config;
+        for (const auto& c : configs) {
+          gnsilu::LaunchOptions o;
+          o.config = c;
+          o.path = path;
+          const double t = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream, {}, o); });
+          candidates.push_back({{"config", config_text(c)}, {"path", gnsilu::path_name(path)}, {"us", t}});
+          if (t < fastest) {
+            fastest = t;
+            fastest_config = c;
+          }
+          if (path != chosen) continue;
+          if (c == gnsilu::default_config(chosen)) def = t;
+          if (t < best) {
+            best = t;
+            best_config = c;
+          }
         }
-        candidates.push_back({{"config", config_text(c)}, {"us", t}});
+        path_best[gnsilu::path_name(path)] = fastest;
+        path_best_config[gnsilu::path_name(path)] = config_text(fastest_config);
       }
-      // The other path too, where both can run (the tuner keeps the library's choice of path).
-      double other_path = 0;
-      if (gd::fused_eligible(g)) {
-        gnsilu::LaunchOptions o;
-        const bool fused = gd::choose_path(g, gnsilu::Path::Auto, dev.sms) == gnsilu::Path::Fused;
-        o.path = fused ? gnsilu::Path::Split : gnsilu::Path::Fused;
-        o.config = gnsilu::default_config(o.path);
-        other_path = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream, {}, o); });
+      std::string others;
+      for (const auto& [name, us] : path_best) {
+        if (name == gnsilu::path_name(chosen)) continue;
+        char item[80];
+        std::snprintf(item, sizeof item, "%s%s %.1f (%s)", others.empty() ? "" : ", ", name.c_str(), us,
+                      path_best_config[name].c_str());
+        others += item;
       }
       const double gbps = 2.0 * static_cast<double>(bytes) / (app * 1e-6) / 1e9;
-      const std::string path = gd::choose_path(g, gnsilu::Path::Auto, dev.sms) == gnsilu::Path::Fused ? "fused" : "split";
-      char other[32] = "-";
-      if (other_path > 0) std::snprintf(other, sizeof other, "%.1f", other_path);
+      const std::string path = gnsilu::path_name(chosen);
       char line[512];
-      std::snprintf(line, sizeof line, "%-18s %-5s %7.1f %8.1f %9.1f %6.2fx %9.1f %9.1f %-14s %7.0f %s %9s%s",
+      std::snprintf(line, sizeof line, "%-18s %-5s %7.1f %8.1f %9.1f %6.2fx %9.1f %9.1f %-14s %7.0f %-8s %s%s",
                     shape_text(shape).c_str(), gnsilu::dtype_name(dtype), bytes / 1048576.0, copy, app, app / copy, def,
-                    best, config_text(best_config).c_str(), gbps, path.c_str(), other, tuned_now ? " (tuned now)" : "");
+                    best, config_text(best_config).c_str(), gbps, path.c_str(), others.c_str(),
+                    tuned_now ? " (tuned now)" : "");
       lines.push_back(line);
       std::printf("%s\n", line);
       std::fflush(stdout);
@@ -257,11 +315,12 @@ int run_shapes(const Args& a) {
                       {"mib", bytes / 1048576.0}, {"copy_us", copy}, {"gnsilu_us", app}, {"ratio_to_copy", app / copy},
                       {"default_us", def}, {"best_by_hand_us", best}, {"best_by_hand", config_text(best_config)},
                       {"gnsilu_gbps_x_plus_y", gbps}, {"path", path}, {"tuned_in_this_run", tuned_now},
-                      {"first_call_s", first_call_s}, {"other_path_us", other_path}, {"candidates", candidates}});
+                      {"first_call_s", first_call_s}, {"best_by_hand_per_path_us", path_best},
+                      {"candidates", candidates}});
     }
   }
-  std::printf("\n%-18s %-5s %7s %8s %9s %7s %9s %9s %-14s %7s %s %9s\n", "shape", "dtype", "MiB", "copy us", "gnsilu us",
-              "/copy", "default", "best hand", "best config", "GB/s", "path", "other path");
+  std::printf("\n%-18s %-5s %7s %8s %9s %7s %9s %9s %-14s %7s %-8s %s\n", "shape", "dtype", "MiB", "copy us", "gnsilu us",
+              "/copy", "default", "best hand", "best config", "GB/s", "path", "other paths (best by hand, us)");
   for (const auto& l : lines) std::printf("%s\n", l.c_str());
   if (!a.json_path.empty()) std::ofstream(a.json_path) << rows.dump(1) << "\n";
   return 0;
