@@ -70,7 +70,7 @@ struct KernelImage {
 };
 
 // The size class of an activation of `bytes` bytes (x and y together) on a GPU with `l2_bytes` of L2, run on the
-// path `path` ("fused", "split" or "streamed"): "l2-fused", "l2-split", "dram-split", "dram-streamed", ...
+// path `path` (path_name: "fused" or "split"): "l2-fused", "l2-split", "dram-split", ...
 // Winners differ between them (docs/PERFORMANCE.md), so they tune separately.
 std::string size_class_of(std::size_t bytes, std::size_t l2_bytes, std::string_view path);
 

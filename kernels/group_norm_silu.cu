@@ -51,55 +51,23 @@ struct RawVector {
   Raw16 q[T == kFP32 ? 2 : 1];
 };
 
-// L2 eviction priority of an access (sm_80 and later; plain before): the streamed path keeps x in L2 between its
-// two reads (kKeep) and lets the second read of x and the stores of y go first (kDrop).
-enum : int { kPlain = 0, kKeep = 1, kDrop = 2 };
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define GNSILU_L2_HINTS 1
-template <int HINT>
-__device__ __forceinline__ u64 l2_policy() {
-  u64 policy;
-  if constexpr (HINT == kKeep) asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-  else asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-#endif
-
-template <int HINT = kPlain>
 __device__ __forceinline__ Raw16 load16(const void* p) {
   Raw16 r;
-#ifdef GNSILU_L2_HINTS
-  if constexpr (HINT != kPlain) {
-    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(r.a), "=r"(r.b), "=r"(r.c), "=r"(r.d)
-                 : "l"(p), "l"(l2_policy<HINT>()));
-    return r;
-  }
-#endif
   asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.a), "=r"(r.b), "=r"(r.c), "=r"(r.d) : "l"(p));
   return r;
 }
-template <int HINT = kPlain>
 __device__ __forceinline__ void store16(void* p, u32 a, u32 b, u32 c, u32 d) {
-#ifdef GNSILU_L2_HINTS
-  if constexpr (HINT != kPlain) {
-    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d),
-                 "l"(l2_policy<HINT>())
-                 : "memory");
-    return;
-  }
-#endif
   asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 
-template <int T, int HINT = kPlain>
+template <int T>
 __device__ __forceinline__ RawVector<T> load_raw(const void* base, i64 i) {
   RawVector<T> r;
   if constexpr (T == kFP32) {
-    r.q[0] = load16<HINT>(static_cast<const float*>(base) + i);
-    r.q[1] = load16<HINT>(static_cast<const float*>(base) + i + 4);
+    r.q[0] = load16(static_cast<const float*>(base) + i);
+    r.q[1] = load16(static_cast<const float*>(base) + i + 4);
   } else {
-    r.q[0] = load16<HINT>(static_cast<const u16*>(base) + i);
+    r.q[0] = load16(static_cast<const u16*>(base) + i);
   }
   return r;
 }
@@ -147,19 +115,19 @@ __device__ __forceinline__ void load_vector(const void* base, i64 i, float (&v)[
   unpack<T>(load_raw<T>(base, i), v);
 }
 
-template <int T, int HINT = kPlain>
+template <int T>
 __device__ __forceinline__ void store_vector(void* base, i64 i, const float (&v)[kVec]) {
   if constexpr (T == kFP32) {
     float* p = static_cast<float*>(base) + i;
-    store16<HINT>(p, float_canonical_bits(v[0]), float_canonical_bits(v[1]), float_canonical_bits(v[2]),
-                  float_canonical_bits(v[3]));
-    store16<HINT>(p + 4, float_canonical_bits(v[4]), float_canonical_bits(v[5]), float_canonical_bits(v[6]),
-                  float_canonical_bits(v[7]));
+    store16(p, float_canonical_bits(v[0]), float_canonical_bits(v[1]), float_canonical_bits(v[2]),
+            float_canonical_bits(v[3]));
+    store16(p + 4, float_canonical_bits(v[4]), float_canonical_bits(v[5]), float_canonical_bits(v[6]),
+            float_canonical_bits(v[7]));
   } else if constexpr (T == kBF16) {
-    store16<HINT>(static_cast<u16*>(base) + i, pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
+    store16(static_cast<u16*>(base) + i, pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]),
             pack_bf16x2(v[6], v[7]));
   } else {
-    store16<HINT>(static_cast<u16*>(base) + i, pack_fp16x2(v[0], v[1]), pack_fp16x2(v[2], v[3]), pack_fp16x2(v[4], v[5]),
+    store16(static_cast<u16*>(base) + i, pack_fp16x2(v[0], v[1]), pack_fp16x2(v[2], v[3]), pack_fp16x2(v[4], v[5]),
             pack_fp16x2(v[6], v[7]));
   }
 }
@@ -214,7 +182,7 @@ __device__ __forceinline__ u32 element_bits(const void* x, i64 i) {
 }
 
 // Chunk j of `group`.
-template <int XT, int HINT = kPlain>
+template <int XT>
 __device__ __forceinline__ void load_group_chunk(const Params& p, i64 group, i64 j, int lane, ChunkData<XT>& c) {
   c.n = chunk_length(p.group_length, j);
   const i64 start = group * p.group_length + j * kChunk;
@@ -222,7 +190,7 @@ __device__ __forceinline__ void load_group_chunk(const Params& p, i64 group, i64
   for (int s = 0; s < kSlots; ++s) {
     const int first = (lane + kLanes * s) * kVec;
     if (p.vectorized && first + kVec <= c.n) {
-      c.raw[s] = load_raw<XT, HINT>(p.x, start + first);
+      c.raw[s] = load_raw<XT>(p.x, start + first);
     } else {
       // Element by element (unaligned rows, or the end of a group), into the same raw layout.
       u32 w[XT == kFP32 ? 8 : 4];
@@ -240,19 +208,19 @@ __device__ __forceinline__ void load_group_chunk(const Params& p, i64 group, i64
 
 // Chunk `chunk` when every chunk is full and x is 16-byte aligned (group length a multiple of kChunk, rows of
 // whole vectors): it starts at chunk * kChunk, with no division into (group, index) and no per-slot tests.
-template <int XT, int HINT = kPlain>
+template <int XT>
 __device__ __forceinline__ void load_full_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
   c.n = kChunk;
   const i64 start = chunk * kChunk + static_cast<i64>(lane) * kVec;
 #pragma unroll
-  for (int s = 0; s < kSlots; ++s) c.raw[s] = load_raw<XT, HINT>(p.x, start + kLanes * kVec * s);
+  for (int s = 0; s < kSlots; ++s) c.raw[s] = load_raw<XT>(p.x, start + kLanes * kVec * s);
 }
 
 // Chunk `chunk` of the whole tensor (the split path's numbering: group-major).
-template <int XT, int HINT = kPlain>
+template <int XT>
 __device__ __forceinline__ void load_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
   const i64 group = chunk / p.chunks_per_group;
-  load_group_chunk<XT, HINT>(p, group, chunk - group * p.chunks_per_group, lane, c);
+  load_group_chunk<XT>(p, group, chunk - group * p.chunks_per_group, lane, c);
 }
 
 template <int XT>
@@ -378,127 +346,44 @@ __device__ __forceinline__ GroupStats group_stats_warp(const ChunkRecord* record
   return group_stats(sum, squares, length, max_e, eps);
 }
 
-// The same tree with a block of THREADS threads (at least one warp). The records are taken kSegment at a
-// time: every thread loads records of the segment in batches of up to 8 (all in flight at once) and computes
-// their terms into shared memory, then partial p adds its terms of the segment (p, p + 256, ...) in order. The partials are
-// combined in shared memory for the levels 128 to 32 and by a butterfly for 16 to 1. Every thread returns the
-// result.
-constexpr int kSegment = 2048;  // a multiple of kPartials: a segment starts at partial 0
-static_assert(kSegment % kPartials == 0, "kSegment");
-
-struct FinalizeShared {
-  double terms[kSegment];
-  double partials[kPartials];
-  int max_e;
-};
-
-// Record j, read from L2 (in the streamed kernel another multiprocessor wrote it during this launch).
-__device__ __forceinline__ ChunkRecord load_record(const ChunkRecord* records, i64 j) {
-  const ChunkRecord* at = records + j;
-  ChunkRecord r;
-  u32 c, e, u0, u1;
-  asm volatile("ld.global.cg.v2.f64 {%0, %1}, [%2];" : "=d"(r.r), "=d"(r.q) : "l"(at));
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(c), "=r"(e), "=r"(u0), "=r"(u1) : "l"(&at->c));
-  r.c = float_of(c);
-  r.e = static_cast<int>(e);
-  r.unused[0] = static_cast<int>(u0);
-  r.unused[1] = static_cast<int>(u1);
-  return r;
-}
-
-// term(record, j) for the records j < count of a group.
-template <int THREADS, typename Term>
-__device__ __forceinline__ double partials_block(const ChunkRecord* records, i64 count, FinalizeShared& sh, Term term) {
-  static_assert(THREADS % 32 == 0 && THREADS >= 32 && kSegment % THREADS == 0, "THREADS");
-  constexpr int kPer = THREADS >= kPartials ? 1 : kPartials / THREADS;  // partials a thread holds
-  constexpr int kPerThread = kSegment / THREADS;                          // terms a thread computes per segment
-  constexpr int kBatch = kPerThread < 4 ? kPerThread : THREADS >= 256 ? 4 : 2;
+// The same with a block of 256 threads: thread t holds partial t; shared memory for the levels 128 to 32, a
+// butterfly for 16 to 1. Every thread of the block returns the result.
+template <typename Term>
+__device__ __forceinline__ double partials_block(i64 count, double* shared, Term term) {
   const int t = threadIdx.x;
-  double acc[kPer];
+  double acc = 0.0;
+  // Eight terms computed (their records loaded) before they are added in order, so that the loads overlap.
+  // (Measured: no change on the H200, where this kernel is bound by its chain of instructions, not by loads.)
+  constexpr int kBatch = 8;
+  i64 j = t;
+  for (; j + (kBatch - 1) * kPartials < count; j += kBatch * kPartials) {
+    double terms[kBatch];
 #pragma unroll
-  for (int m = 0; m < kPer; ++m) acc[m] = 0.0;
-  for (i64 base = 0; base < count; base += kSegment) {
-    const int n = count - base < kSegment ? static_cast<int>(count - base) : kSegment;
-    for (int b0 = 0; b0 < kPerThread; b0 += kBatch) {
-      ChunkRecord batch[kBatch];
+    for (int b = 0; b < kBatch; ++b) terms[b] = term(j + b * kPartials);
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int k = t + (b0 + b) * THREADS;
-        if (k < n) batch[b] = load_record(records, base + k);
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int k = t + (b0 + b) * THREADS;
-        if (k < n) sh.terms[k] = term(batch[b], base + k);
-      }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int m = 0; m < kPer; ++m) {
-      const int partial = t + m * THREADS;
-      if (partial < kPartials) {
-#pragma unroll 4
-        for (int k = partial; k < n; k += kPartials) acc[m] = acc[m] + sh.terms[k];
-      }
-    }
-    __syncthreads();
+    for (int b = 0; b < kBatch; ++b) acc = acc + terms[b];
   }
-#pragma unroll
-  for (int m = 0; m < kPer; ++m) {
-    if (t + m * THREADS < kPartials) sh.partials[t + m * THREADS] = acc[m];
-  }
+  for (; j < count; j += kPartials) acc = acc + term(j);
+  shared[t] = acc;
   __syncthreads();
 #pragma unroll
   for (int h = kPartials / 2; h >= 32; h /= 2) {
-    for (int k = t; k < h; k += THREADS) sh.partials[k] = sh.partials[k] + sh.partials[k + h];
+    if (t < h) shared[t] = shared[t] + shared[t + h];
     __syncthreads();
   }
-  if (t < 32) {
-    const double v = warp_sum(sh.partials[t]);
-    __syncwarp();
-    if (t == 0) sh.partials[0] = v;
-  }
+  double v = t < 32 ? shared[t] : 0.0;
+  if (t < 32) v = warp_sum(v);
   __syncthreads();
-  const double out = sh.partials[0];
+  if (t == 0) shared[0] = v;
+  __syncthreads();
+  const double out = shared[0];
   __syncthreads();
   return out;
-}
-
-// A group's statistics from its `count` records with a block of THREADS threads (the tree of
-// group_stats_warp, so the same bits). Every thread returns them.
-template <int THREADS>
-__device__ __forceinline__ GroupStats group_stats_block(const ChunkRecord* records, i64 count, i64 length, double eps,
-                                                        FinalizeShared& sh) {
-  if (threadIdx.x == 0) sh.max_e = -1000;
-  int max_e = -1000;
-  const double sum = partials_block<THREADS>(records, count, sh, [&](const ChunkRecord& r, i64 j) {
-    max_e = r.e > max_e ? r.e : max_e;
-    return record_sum(r, chunk_length(length, j));
-  });
-  atomicMax(&sh.max_e, max_e);  // a maximum: the order does not matter
-  const double mean = div64(sum, static_cast<double>(length));
-  const double squares = partials_block<THREADS>(records, count, sh, [&](const ChunkRecord& r, i64 j) {
-    return record_squares(r, chunk_length(length, j), mean);
-  });
-  const GroupStats s = group_stats(sum, squares, length, sh.max_e, eps);
-  __syncthreads();  // every thread has read max_e before the next group resets it
-  return s;
 }
 
 __device__ __forceinline__ RowConstants channel_constants(const Params& p, const GroupStats& s, i64 channel) {
   return row_constants(s, load_parameter(p.weight, p.weight_dtype, channel, 1.0),
                        load_parameter(p.bias, p.bias_dtype, channel, 0.0));
-}
-
-// The constants of the rows (sample, channel) of `group`, written by the threads of a block.
-template <int THREADS>
-__device__ __forceinline__ void write_rows(const Params& p, i64 group, const GroupStats& s) {
-  const i64 sample = group / p.g;
-  const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
-  RowConstants* rows = static_cast<RowConstants*>(p.rows);
-  for (i64 k = threadIdx.x; k < p.channels_per_group; k += THREADS) {
-    rows[sample * p.c + first_channel + k] = channel_constants(p, s, first_channel + k);
-  }
 }
 
 // Vectors a thread loads before transforming them: EPL / 8, at most 2 where four would spill: FP32 x (whose
@@ -517,9 +402,9 @@ __device__ constexpr int vectors_per_step() {
 // y over elements [begin, end) of one row (one set of constants), EPL elements per thread per step. The next
 // step's vectors are loaded (raw) before this step's are transformed, so loads stay in flight during the
 // arithmetic.
-template <int XT, int YT, int THREADS, int EPL, bool TIGHT = false, int HINT = kPlain>
+template <int XT, int YT, int THREADS, int EPL>
 __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, const RowConstants& rc, int tid) {
-  constexpr int kVecs = vectors_per_step<XT, EPL, TIGHT>();
+  constexpr int kVecs = vectors_per_step<XT, EPL>();
   constexpr i64 kStep = static_cast<i64>(THREADS) * kVec * kVecs;
   if (p.vectorized) {
     i64 i = begin + static_cast<i64>(tid) * kVec;
@@ -527,14 +412,14 @@ __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, c
 #pragma unroll
     for (int q = 0; q < kVecs; ++q) {
       const i64 at = i + static_cast<i64>(q) * THREADS * kVec;
-      if (at < end) raw[q] = load_raw<XT, HINT>(p.x, at);
+      if (at < end) raw[q] = load_raw<XT>(p.x, at);
     }
     for (; i < end; i += kStep) {
       RawVector<XT> next[kVecs];
 #pragma unroll
       for (int q = 0; q < kVecs; ++q) {
         const i64 at = i + kStep + static_cast<i64>(q) * THREADS * kVec;
-        if (at < end) next[q] = load_raw<XT, HINT>(p.x, at);
+        if (at < end) next[q] = load_raw<XT>(p.x, at);
       }
 #pragma unroll
       for (int q = 0; q < kVecs; ++q) {
@@ -545,7 +430,7 @@ __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, c
           // For bf16 outputs, x again from its raw form in registers: the rare path runs often enough in some
           // lane of a warp that reading x from memory instead measured 12% slower (PERFORMANCE.md, v6).
           transform_vector<YT, YT == kBF16>(v, rc, [&](int e) { return element_of<XT>(raw[q], e); });
-          store_vector<YT, HINT>(p.y, at, v);
+          store_vector<YT>(p.y, at, v);
         }
         raw[q] = next[q];
       }
@@ -577,36 +462,38 @@ __device__ __forceinline__ void finish_chunk(const ChunkData<XT>& c, i64 chunk, 
   if (lane == 0) records[chunk] = r;
 }
 
-// The chunks of one warp: chunk, chunk + stride, ... below end. FULL: every chunk full and aligned
-// (load_full_chunk).
-template <int XT, int STAGES, bool FULL, int HINT = kPlain>
-__device__ __forceinline__ void chunk_range(const Params& p, i64 chunk, i64 end, i64 stride) {
+// The chunks of one warp: chunk, chunk + stride, ... FULL: every chunk full and aligned (load_full_chunk).
+template <int XT, int WARPS, int STAGES, bool FULL>
+__device__ __forceinline__ void chunk_stats_warp(const Params& p) {
   const int lane = threadIdx.x & 31;
+  const i64 stride = static_cast<i64>(gridDim.x) * WARPS;
+  const i64 total = p.chunks_total;
   ChunkRecord* records = static_cast<ChunkRecord*>(p.records);
-  const auto load = [&](i64 at, ChunkData<XT>& c) {
-    if constexpr (FULL) load_full_chunk<XT, HINT>(p, at, lane, c);
-    else load_chunk<XT, HINT>(p, at, lane, c);
+  const auto load = [&](i64 chunk, ChunkData<XT>& c) {
+    if constexpr (FULL) load_full_chunk<XT>(p, chunk, lane, c);
+    else load_chunk<XT>(p, chunk, lane, c);
   };
+  i64 chunk = static_cast<i64>(blockIdx.x) * WARPS + threadIdx.x / 32;
   if constexpr (STAGES == 1) {
-    for (; chunk < end; chunk += stride) {
+    for (; chunk < total; chunk += stride) {
       ChunkData<XT> c;
       load(chunk, c);
       finish_chunk<XT, FULL>(c, chunk, lane, records);
     }
   } else {
     // Double buffering: the next chunk's loads are in flight while this one is reduced.
-    if (chunk >= end) return;
+    if (chunk >= total) return;
     ChunkData<XT> a, b;
     load(chunk, a);
     for (;;) {
       const i64 second = chunk + stride;
-      if (second < end) load(second, b);
+      if (second < total) load(second, b);
       finish_chunk<XT, FULL>(a, chunk, lane, records);
-      if (second >= end) break;
+      if (second >= total) break;
       const i64 third = second + stride;
-      if (third < end) load(third, a);
+      if (third < total) load(third, a);
       finish_chunk<XT, FULL>(b, second, lane, records);
-      if (third >= end) break;
+      if (third >= total) break;
       chunk = third;
     }
   }
@@ -617,23 +504,39 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(con
   static_assert(WARPS >= 1 && WARPS <= 32, "WARPS");
   static_assert(STAGES == 1 || STAGES == 2, "STAGES");
   allow_next_kernel();
-  const i64 first = static_cast<i64>(blockIdx.x) * WARPS + threadIdx.x / 32;
-  const i64 stride = static_cast<i64>(gridDim.x) * WARPS;
-  if (p.vectorized && p.group_length % kChunk == 0) chunk_range<XT, STAGES, true>(p, first, p.chunks_total, stride);
-  else chunk_range<XT, STAGES, false>(p, first, p.chunks_total, stride);
+  if (p.vectorized && p.group_length % kChunk == 0) chunk_stats_warp<XT, WARPS, STAGES, true>(p);
+  else chunk_stats_warp<XT, WARPS, STAGES, false>(p);
 }
 
-// One block of kFinalizeThreads threads per group (a grid-stride loop over the groups).
-constexpr int kFinalizeThreads = 512;
-__global__ void __launch_bounds__(kFinalizeThreads) finalize(const Params p) {
-  __shared__ FinalizeShared sh;
+// One block of 256 threads per group (a grid-stride loop over the groups).
+__global__ void __launch_bounds__(kPartials) finalize(const Params p) {
+  __shared__ double shared[kPartials];
+  __shared__ int max_shared;
   allow_next_kernel();
   wait_for_previous_kernel();
+  const i64 count = p.chunks_per_group;
+  const i64 length = p.group_length;
   for (i64 group = blockIdx.x; group < p.groups_total; group += gridDim.x) {
-    const ChunkRecord* records = static_cast<const ChunkRecord*>(p.records) + group * p.chunks_per_group;
-    const GroupStats s =
-        group_stats_block<kFinalizeThreads>(records, p.chunks_per_group, p.group_length, p.eps, sh);
-    write_rows<kFinalizeThreads>(p, group, s);
+    const ChunkRecord* records = static_cast<const ChunkRecord*>(p.records) + group * count;
+    if (threadIdx.x == 0) max_shared = -1000;
+    __syncthreads();
+    int max_e = -1000;
+#pragma unroll 8
+    for (i64 j = threadIdx.x; j < count; j += kPartials) max_e = records[j].e > max_e ? records[j].e : max_e;
+    atomicMax(&max_shared, max_e);  // a maximum: the order does not matter
+    const double sum =
+        partials_block(count, shared, [&](i64 j) { return record_sum(records[j], chunk_length(length, j)); });
+    const double mean = div64(sum, static_cast<double>(length));
+    const double squares = partials_block(
+        count, shared, [&](i64 j) { return record_squares(records[j], chunk_length(length, j), mean); });
+    const GroupStats s = group_stats(sum, squares, length, max_shared, p.eps);
+    const i64 sample = group / p.g;
+    const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
+    RowConstants* rows = static_cast<RowConstants*>(p.rows);
+    for (i64 k = threadIdx.x; k < p.channels_per_group; k += kPartials) {
+      rows[sample * p.c + first_channel + k] = channel_constants(p, s, first_channel + k);
+    }
+    __syncthreads();  // max_shared is reset for the next group
   }
 }
 
@@ -649,112 +552,6 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Par
     const i64 begin = span * p.span_length;
     const i64 end = begin + p.span_length < p.s ? begin + p.span_length : p.s;
     apply_row<XT, YT, WARPS * 32, EPL>(p, row * p.s + begin, row * p.s + end, rc, threadIdx.x);
-  }
-}
-
-// ---- streamed path ---------------------------------------------------------------------------------------
-// One persistent launch that reads x from DRAM once when groups are small next to L2. Blocks take work items
-// by an atomic ticket, in this order: the statistics items of groups 0 .. ahead - 1, then for each group g
-// its apply items followed by the statistics items of group g + ahead. A statistics item is
-// stats_item_chunks chunks of one group (records as in chunk_stats); it then counts itself in the group's
-// arrival counter, and the item that arrives last combines the group's records (the finalize tree, so the
-// same bits), writes the group's row constants and publishes the group's ready flag. An apply item (a tile of
-// one row, as in apply) waits for its group's flag and reads x again, from L2 where `ahead` groups fit.
-//
-// No co-residency is needed: an item waits only for statistics items with smaller tickets, and the smallest
-// unfinished ticket always belongs to a running block that does not wait (a block takes its next ticket while
-// working on the current one, so every ticket it holds is larger than the one it works on). The order of the
-// items is item_of (gnsilu_params.cuh).
-__device__ __forceinline__ void publish(u32* flag) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(1u) : "memory");
-}
-__device__ __forceinline__ u32 observe(const u32* flag) {
-  u32 v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-  return v;
-}
-__device__ __forceinline__ RowConstants load_row(const RowConstants* rows, i64 row) {
-  u32 u, z, k, c;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(u), "=r"(z), "=r"(k), "=r"(c) : "l"(rows + row));
-  return {float_of(u), float_of(z), float_of(k), float_of(c)};
-}
-
-// At least 256 threads a multiprocessor, as the fused kernel (it holds chunks, the finalize and the apply loop;
-// with 128 registers some configurations spill).
-template <int XT, int YT, int WARPS, int EPL, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) streamed(const Params p) {
-  static_assert(EPL == 8 || EPL == 16 || EPL == 32, "EPL");
-  static_assert(STAGES == 1 || STAGES == 2, "STAGES");
-  constexpr int kThreads = WARPS * 32;
-  // Within 128 registers a thread, as the fused kernel: FP32 x holds one chunk at a time, and the apply loop
-  // holds fewer vectors for x other than BF16 (only the schedule changes, never a bit).
-  constexpr int kStages = XT == kFP32 ? 1 : STAGES;
-  __shared__ FinalizeShared sh;
-  __shared__ i64 ticket_shared;
-  __shared__ int last_shared;
-  auto* ticket = static_cast<unsigned long long*>(p.counters);
-  u32* arrivals = reinterpret_cast<u32*>(ticket + 1);
-  u32* ready = arrivals + p.groups_total;
-  const bool full = p.vectorized && p.group_length % kChunk == 0;
-  if (threadIdx.x == 0) ticket_shared = static_cast<i64>(atomicAdd(ticket, 1ull));
-  __syncthreads();
-  for (;;) {
-    const i64 t = ticket_shared;
-    if (t >= p.items_total) return;
-    unsigned long long next = 0;
-    if (threadIdx.x == 0) next = atomicAdd(ticket, 1ull);  // in flight during this item
-    const Item item = item_of(p, t);
-    unsigned long long* tmin = p.trace;
-    unsigned long long* tother = p.trace ? p.trace + 2 * p.groups_total : nullptr;
-    const auto now = [] { unsigned long long v; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v)); return v; };
-    if (item.stats) {
-      if (tmin && threadIdx.x == 0) atomicMin(&tmin[2 * item.group], now());
-      const i64 group_first = item.group * p.chunks_per_group;
-      const i64 first = group_first + item.index * p.stats_item_chunks;
-      const i64 group_end = group_first + p.chunks_per_group;
-      const i64 end = first + p.stats_item_chunks < group_end ? first + p.stats_item_chunks : group_end;
-      if (full) chunk_range<XT, kStages, true, kKeep>(p, first + threadIdx.x / 32, end, WARPS);
-      else chunk_range<XT, kStages, false, kKeep>(p, first + threadIdx.x / 32, end, WARPS);
-      __threadfence();  // this item's records are visible before it is counted
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        last_shared = atomicAdd(&arrivals[item.group], 1u) + 1 == static_cast<u32>(p.stats_items_per_group);
-      }
-      __syncthreads();
-      if (last_shared) {
-        if (tother && threadIdx.x == 0) tother[4 * item.group] = now();
-        __threadfence();
-        const ChunkRecord* records = static_cast<const ChunkRecord*>(p.records) + group_first;
-        const GroupStats s = group_stats_block<kThreads>(records, p.chunks_per_group, p.group_length, p.eps, sh);
-        write_rows<kThreads>(p, item.group, s);
-        __threadfence();  // the rows are visible before the flag
-        __syncthreads();
-        if (threadIdx.x == 0) publish(&ready[item.group]);
-        if (tother && threadIdx.x == 0) tother[4 * item.group + 1] = now();
-      }
-    } else {
-      const i64 k = item.index / p.spans_per_row;
-      const i64 span = item.index - k * p.spans_per_row;
-      const i64 row = item.group * p.channels_per_group + k;
-      if (threadIdx.x == 0) {
-        const unsigned long long t0 = tmin ? now() : 0;
-        if (tmin) atomicMin(&tmin[2 * item.group + 1], t0);
-        while (observe(&ready[item.group]) == 0) __nanosleep(128);
-        if (tmin) atomicAdd(&tother[4 * item.group + 2], now() - t0);
-      }
-      __syncthreads();
-      const RowConstants rc = load_row(static_cast<const RowConstants*>(p.rows), row);
-      const i64 begin = span * p.span_length;
-      const i64 end = begin + p.span_length < p.s ? begin + p.span_length : p.s;
-      apply_row<XT, YT, kThreads, EPL, true, kDrop>(p, row * p.s + begin, row * p.s + end, rc, threadIdx.x);
-      if (tother) {
-        __syncthreads();
-        if (threadIdx.x == 0) atomicMax(&tother[4 * item.group + 3], now());
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) ticket_shared = static_cast<i64>(next);
-    __syncthreads();
   }
 }
 

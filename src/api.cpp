@@ -92,7 +92,7 @@ void group_norm_silu(const Problem& problem, gnsilu_stream stream, Workspace wor
   }
   check_pointers(problem, g, dev, workspace, detail::workspace_bytes(g));
 
-  const Path path = detail::choose_path(g, options.path, detail::target_of(dev, problem.x_dtype));
+  const Path path = detail::choose_path(g, options.path, dev.sms);
   const LaunchConfig config =
       options.config ? *options.config
                      : detail::config_for({problem, g, dev, scope.context(), stream, path},
@@ -149,7 +149,6 @@ const char* path_name(Path path) {
     case Path::Auto: return "auto";
     case Path::Fused: return "fused";
     case Path::Split: return "split";
-    case Path::Streamed: return "streamed";
   }
   return "unknown";
 }

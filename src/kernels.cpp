@@ -19,7 +19,6 @@ std::array<std::string, kKernelCount> kernel_names(const Variant& v) {
       "gnsilu::kernel::finalize",
       "gnsilu::kernel::apply<" + x + "," + y + "," + w + "," + e + ">",
       "gnsilu::kernel::fused<" + x + "," + y + "," + w + "," + e + ">",
-      "gnsilu::kernel::streamed<" + x + "," + y + "," + w + "," + e + "," + s + ">",
   };
 }
 

@@ -1,6 +1,5 @@
 // The kernel variants: which template instances one (x dtype, y dtype, launch configuration) needs, and
-// compiling them. A variant is one NVRTC program with five kernels (chunk_stats, finalize, apply, fused,
-// streamed).
+// compiling them. A variant is one NVRTC program with four kernels (chunk_stats, finalize, apply, fused).
 #pragma once
 
 #include <array>
@@ -20,9 +19,9 @@ struct Variant {
   friend bool operator==(const Variant&, const Variant&) = default;
 };
 
-enum KernelIndex : int { kStats = 0, kFinalize = 1, kApply = 2, kFused = 3, kStreamed = 4, kKernelCount = 5 };
+enum KernelIndex : int { kStats = 0, kFinalize = 1, kApply = 2, kFused = 3, kKernelCount = 4 };
 
-// The name expressions of a variant, in KernelIndex order.
+// The four name expressions of a variant, in KernelIndex order.
 std::array<std::string, kKernelCount> kernel_names(const Variant& variant);
 
 // Throws Error(InvalidArgument) naming the field when a configuration is out of range.

@@ -10,11 +10,6 @@
 
 namespace gnsilu::detail {
 
-// What the plan needs to know of the device, for x of `x_dtype`.
-inline Target target_of(const DeviceInfo& device, DType x_dtype) {
-  return Target{device.sms, static_cast<std::size_t>(device.l2_bytes), dtype_size(x_dtype)};
-}
-
 // `workspace` holds at least workspace_bytes(geometry) bytes, or is null for the internal one. `path` may
 // be Auto. Throws CudaError / CompileError.
 void launch_problem(const Problem& problem, const Geometry& geometry, const DeviceInfo& device, CUcontext context,

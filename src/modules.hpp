@@ -11,7 +11,7 @@
 
 namespace gnsilu::detail {
 
-// A loaded module and its kernels (KernelIndex). Owns the CUmodule (unloaded in its context on destruction).
+// A loaded module and its four kernels. Owns the CUmodule (unloaded in its context on destruction).
 class LoadedModule {
  public:
   LoadedModule(CUcontext context, const CompiledProgram& program, std::size_t first_name);

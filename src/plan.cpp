@@ -67,36 +67,19 @@ bool fused_eligible(const Geometry& g) {
   return g.chunks_per_group >= 1 && g.chunks_per_group <= kFusedMaxChunks && g.channels_per_group <= kFusedMaxChannels;
 }
 
-namespace {
-
-struct Layout {
-  std::size_t rows_offset = 0;
-  std::size_t counters_offset = 0;
-  std::size_t counters_bytes = 0;
-  std::size_t total = 0;
-};
-
-// [chunk records][row constants][ticket (8 bytes), arrival counters and ready flags (4 bytes each per group)]
-Layout layout_of(const Geometry& g) {
-  Layout l;
-  if (g.numel == 0) return l;
-  l.rows_offset = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(math::ChunkRecord), kAlign);
-  l.counters_offset = round_up(l.rows_offset + static_cast<std::size_t>(g.n * g.c) * sizeof(math::RowConstants), kAlign);
-  l.counters_bytes = 8 + 8 * static_cast<std::size_t>(g.groups_total);
-  l.total = round_up(l.counters_offset + l.counters_bytes, kAlign);
-  return l;
+std::size_t split_workspace_bytes(const Geometry& g) {
+  if (g.numel == 0) return 0;
+  const std::size_t records = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(math::ChunkRecord), kAlign);
+  const std::size_t rows = static_cast<std::size_t>(g.n * g.c) * sizeof(math::RowConstants);
+  return round_up(records + rows, kAlign);
 }
-
-}  // namespace
-
-std::size_t workspace_bytes(const Geometry& g) { return layout_of(g).total; }
 
 bool vectorizable(const Geometry& g, const void* x, const void* y) {
   const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
   return aligned(x) && aligned(y) && g.s % math::kVec == 0;
 }
 
-Path choose_path(const Geometry& g, Path requested, const Target& target) {
+Path choose_path(const Geometry& g, Path requested, int sms) {
   const bool eligible = fused_eligible(g);
   if (requested == Path::Fused && !eligible) {
     throw_invalid("options.path", "the fused path takes groups of at most 64 Ki elements and 256 channels");
@@ -104,23 +87,16 @@ Path choose_path(const Geometry& g, Path requested, const Target& target) {
   if (requested != Path::Auto) return requested;
   // One launch when the whole tensor is small (launch latency dominates) or when there are enough groups to
   // fill the device; three launches otherwise.
-  const int sms = std::max(target.sms, 1);
-  return eligible && (g.numel <= kFusedSmallElements || g.groups_total >= 2 * static_cast<int64_t>(sms))
+  return eligible && (g.numel <= kFusedSmallElements || g.groups_total >= 2 * static_cast<int64_t>(std::max(sms, 1)))
              ? Path::Fused
              : Path::Split;
 }
 
-int64_t streamed_ahead(const Geometry& g, const Target& target) {
-  const std::size_t group_bytes = static_cast<std::size_t>(g.group_length) * std::max<std::size_t>(target.x_size, 1);
-  const int64_t fit = group_bytes == 0 ? 1 : static_cast<int64_t>(target.l2_bytes / 3 / group_bytes);
-  return std::clamp<int64_t>(fit, 1, std::max<int64_t>(g.groups_total, 1));
-}
-
-Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, const Target& target) {
+Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, int sms) {
   check_config(config);
-  const int sms = std::max(target.sms, 1);
+  if (sms < 1) sms = 1;
   Plan plan;
-  plan.path = choose_path(g, requested, target);
+  plan.path = choose_path(g, requested, sms);
   plan.threads = static_cast<unsigned>(config.warps * 32);
   const int64_t max_blocks = static_cast<int64_t>(config.programs_per_sm) * sms;
 
@@ -140,46 +116,26 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, co
     plan.workspace = 0;
     return plan;
   }
-  const Layout layout = layout_of(g);
-  plan.rows_offset = layout.rows_offset;
-  plan.workspace = layout.total;
-  const int64_t rows = g.n * g.c;
-  const int64_t step = static_cast<int64_t>(plan.threads) * config.elems_per_load;
-  // Rows of s elements are cut into spans of whole vectors.
-  const auto set_spans = [&](int64_t spans) {
-    spans = std::clamp<int64_t>(spans, 1, std::max<int64_t>(1, ceil_div(g.s, step)));
-    int64_t span = ceil_div(g.s, spans);
-    span = ceil_div(span, math::kVec) * math::kVec;  // spans start on vector boundaries
-    p.spans_per_row = ceil_div(g.s, span);
-    p.span_length = span;
-    p.tiles_total = rows * p.spans_per_row;
-  };
-
-  if (plan.path == Path::Streamed) {
-    // Items of about kStreamedItem elements: statistics items of whole chunks (a multiple of the chunks the
-    // warps of a block take in one round), apply items of one row's span.
-    const int64_t kStreamedItem = std::max<int64_t>(target.streamed_item, math::kChunk);
-    const int64_t round = static_cast<int64_t>(config.warps) * config.stages;
-    p.stats_item_chunks = std::max<int64_t>(round, kStreamedItem / math::kChunk / round * round);
-    p.stats_items_per_group = ceil_div(g.chunks_per_group, p.stats_item_chunks);
-    set_spans(ceil_div(g.s, kStreamedItem));
-    p.apply_items_per_group = g.channels_per_group * p.spans_per_row;
-    p.ahead = streamed_ahead(g, target);
-    p.items_total = g.groups_total * (p.stats_items_per_group + p.apply_items_per_group);
-    plan.streamed_blocks = static_cast<unsigned>(std::min<int64_t>(p.items_total, max_blocks));
-    plan.counters_offset = layout.counters_offset;
-    plan.counters_bytes = layout.counters_bytes;
-    return plan;
-  }
   // chunk_stats: one warp per `stages` chunks.
   const int64_t warps_needed = ceil_div(g.chunks_total, config.stages);
   plan.stats_blocks = static_cast<unsigned>(std::clamp<int64_t>(ceil_div(warps_needed, config.warps), 1, max_blocks));
-  // finalize: one block per group.
+  // finalize: one block of 256 threads per group.
   plan.finalize_blocks = static_cast<unsigned>(std::min<int64_t>(g.groups_total, int64_t{1} << 20));
-  plan.finalize_threads = 512;  // kernels/group_norm_silu.cu: kFinalizeThreads
-  // apply: a few tiles per block of the grid.
-  set_spans(ceil_div(max_blocks * 4, rows));
+  plan.finalize_threads = static_cast<unsigned>(math::kPartials);
+  // apply: rows of s elements cut into spans so that there are a few tiles per block of the grid.
+  const int64_t rows = g.n * g.c;
+  const int64_t step = static_cast<int64_t>(plan.threads) * config.elems_per_load;
+  const int64_t wanted_tiles = max_blocks * 4;
+  int64_t spans = std::clamp<int64_t>(ceil_div(wanted_tiles, rows), 1, std::max<int64_t>(1, ceil_div(g.s, step)));
+  int64_t span = ceil_div(g.s, spans);
+  span = ceil_div(span, math::kVec) * math::kVec;  // spans start on vector boundaries
+  spans = ceil_div(g.s, span);
+  p.spans_per_row = spans;
+  p.span_length = span;
+  p.tiles_total = rows * spans;
   plan.apply_blocks = static_cast<unsigned>(std::min<int64_t>(p.tiles_total, max_blocks));
+  plan.rows_offset = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(math::ChunkRecord), kAlign);
+  plan.workspace = split_workspace_bytes(g);
   return plan;
 }
 

@@ -1,4 +1,4 @@
-// From a validated problem to launches: the geometry of the tensor, the path (fused, split or streamed), grid sizes,
+// From a validated problem to launches: the geometry of the tensor, the path (fused or split), grid sizes,
 // the kernel parameter block and the workspace layout. Pure host logic: tested in CI without a GPU.
 #pragma once
 
@@ -30,45 +30,30 @@ Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups);
 // Whether the one-launch kernel can take this geometry (a group's records and constants fit on chip).
 bool fused_eligible(const Geometry& geometry);
 
-// Bytes of workspace a call may need (the most any path needs: chunk records, row constants, the streamed
-// path's counters).
-std::size_t workspace_bytes(const Geometry& geometry);
-
-// What a plan needs to know besides the geometry.
-struct Target {
-  int sms = 1;                // multiprocessors
-  std::size_t l2_bytes = 0;   // L2 size (0: unknown; the streamed path then keeps one group ahead)
-  std::size_t x_size = 2;     // bytes per element of x
-  int64_t streamed_item = 32768;  // elements per work item of the streamed path
-};
+// Bytes of workspace for the split path (0 when fused); workspace_bytes is the most any path needs.
+std::size_t split_workspace_bytes(const Geometry& geometry);
+inline std::size_t workspace_bytes(const Geometry& geometry) { return split_workspace_bytes(geometry); }
 
 struct Plan {
   Path path = Path::Split;
   kernel::Params params{};
   unsigned threads = 0;           // per block (finalize: finalize_threads)
-  unsigned finalize_threads = 512;
+  unsigned finalize_threads = 256;
   unsigned stats_blocks = 0;
   unsigned finalize_blocks = 0;
   unsigned apply_blocks = 0;
   unsigned fused_blocks = 0;
-  unsigned streamed_blocks = 0;
-  std::size_t workspace = 0;        // bytes the plan needs
-  std::size_t rows_offset = 0;      // where the per-row constants start in the workspace
-  std::size_t counters_offset = 0;  // streamed: where the ticket, arrival counters and flags start
-  std::size_t counters_bytes = 0;   // streamed: bytes zeroed before the launch
+  std::size_t workspace = 0;      // bytes the plan needs
+  std::size_t rows_offset = 0;    // where the per-row constants start in the workspace
 };
 
 // The path a call takes: `requested`, or for Auto the library's choice (which depends on the geometry and the
-// target, not on the launch configuration). Throws InvalidArgument for Fused when not eligible.
-Path choose_path(const Geometry& geometry, Path requested, const Target& target);
+// device, not on the launch configuration). Throws InvalidArgument for Fused when not eligible.
+Path choose_path(const Geometry& geometry, Path requested, int sms);
 
-// Groups whose statistics the streamed path runs ahead of their apply: as many as fit in a third of L2, at
-// least 1, at most every group.
-int64_t streamed_ahead(const Geometry& geometry, const Target& target);
-
-// The launches for `geometry` under `config` on `target`. `requested` may force a path (Fused is refused with
-// InvalidArgument when not eligible). Pointers in params are left null.
-Plan make_plan(const Geometry& geometry, const LaunchConfig& config, Path requested, const Target& target);
+// The launches for `geometry` under `config` on a device with `sms` multiprocessors. `requested` may force a
+// path (Fused is refused with InvalidArgument when not eligible). Pointers in params are left null.
+Plan make_plan(const Geometry& geometry, const LaunchConfig& config, Path requested, int sms);
 
 // Whether 16-byte vectors can be used: both pointers 16-byte aligned and rows a multiple of 8 elements.
 bool vectorizable(const Geometry& geometry, const void* x, const void* y);

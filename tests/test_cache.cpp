@@ -411,7 +411,6 @@ TEST_CASE("size classes: fits L2 or not, and the path") {
   CHECK(size_class_of(l2, l2, "split") == "l2-split");
   CHECK(size_class_of(l2 + 1, l2, "split") == "dram-split");
   CHECK(size_class_of(l2 + 1, l2, "fused") == "dram-fused");
-  CHECK(size_class_of(l2 + 1, l2, "streamed") == "dram-streamed");
 }
 
 TEST_CASE("settings from the environment") {

@@ -2,7 +2,6 @@
 // API call and its launches.
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
@@ -123,12 +122,12 @@ TEST_CASE("the path: fused for small tensors and for many groups, split otherwis
   const std::vector<int64_t> large{1, 128, 1024, 1024};    // 2^20-element groups
   const std::vector<int64_t> many{16, 512, 64, 64};        // 512 groups of 64 chunks
   const std::vector<int64_t> few{1, 512, 64, 64};          // 2 Mi elements in 32 groups: split fills the GPU better
-  CHECK(make_plan(make_geometry(small, 32), config, Path::Auto, Target{132}).path == Path::Fused);
-  CHECK(make_plan(make_geometry(large, 32), config, Path::Auto, Target{132}).path == Path::Split);
-  CHECK(make_plan(make_geometry(many, 32), config, Path::Auto, Target{132}).path == Path::Fused);
-  CHECK(make_plan(make_geometry(few, 32), config, Path::Auto, Target{132}).path == Path::Split);
-  CHECK(make_plan(make_geometry(small, 32), config, Path::Split, Target{132}).path == Path::Split);
-  CHECK_THROWS_WITH_AS(make_plan(make_geometry(large, 32), config, Path::Fused, Target{132}), doctest::Contains("'options.path'"),
+  CHECK(make_plan(make_geometry(small, 32), config, Path::Auto, 132).path == Path::Fused);
+  CHECK(make_plan(make_geometry(large, 32), config, Path::Auto, 132).path == Path::Split);
+  CHECK(make_plan(make_geometry(many, 32), config, Path::Auto, 132).path == Path::Fused);
+  CHECK(make_plan(make_geometry(few, 32), config, Path::Auto, 132).path == Path::Split);
+  CHECK(make_plan(make_geometry(small, 32), config, Path::Split, 132).path == Path::Split);
+  CHECK_THROWS_WITH_AS(make_plan(make_geometry(large, 32), config, Path::Fused, 132), doctest::Contains("'options.path'"),
                        gnsilu::Error);
   const std::vector<int64_t> wide_group{1, 512, 4, 4};  // 512 channels in one group: beyond the fused limit
   CHECK_FALSE(fused_eligible(make_geometry(wide_group, 1)));
@@ -139,13 +138,13 @@ TEST_CASE("split plans cover every chunk, group and element with the configured 
     for (const auto& dims : {std::vector<int64_t>{1, 128, 1024, 1024}, std::vector<int64_t>{2, 64, 17, 19},
                              std::vector<int64_t>{3, 4}, std::vector<int64_t>{1, 32, 300, 300}}) {
       const Geometry g = make_geometry(dims, dims[1] >= 32 ? 32 : 2);
-      const Plan plan = make_plan(g, config, Path::Split, Target{132});
+      const Plan plan = make_plan(g, config, Path::Split, 132);
       const gnsilu::kernel::Params& p = plan.params;
       CHECK(plan.threads == static_cast<unsigned>(config.warps * 32));
       CHECK(plan.stats_blocks >= 1);
       CHECK(plan.stats_blocks <= static_cast<unsigned>(config.programs_per_sm * 132));
       CHECK(static_cast<int64_t>(plan.finalize_blocks) == std::min<int64_t>(g.groups_total, int64_t{1} << 20));
-      CHECK(plan.finalize_threads == 512);
+      CHECK(plan.finalize_threads == 256);
       CHECK(p.span_length % 8 == 0);
       CHECK(p.spans_per_row * p.span_length >= g.s);
       CHECK((p.spans_per_row - 1) * p.span_length < g.s);
@@ -159,11 +158,11 @@ TEST_CASE("split plans cover every chunk, group and element with the configured 
   }
   gnsilu::LaunchConfig bad;
   bad.warps = 0;
-  CHECK_THROWS_WITH_AS(make_plan(make_geometry(std::vector<int64_t>{1, 4}, 2), bad, Path::Auto, Target{132}),
+  CHECK_THROWS_WITH_AS(make_plan(make_geometry(std::vector<int64_t>{1, 4}, 2), bad, Path::Auto, 132),
                        doctest::Contains("'config.warps'"), gnsilu::Error);
   bad = {};
   bad.elems_per_load = 12;
-  CHECK_THROWS_WITH_AS(make_plan(make_geometry(std::vector<int64_t>{1, 4}, 2), bad, Path::Auto, Target{132}),
+  CHECK_THROWS_WITH_AS(make_plan(make_geometry(std::vector<int64_t>{1, 4}, 2), bad, Path::Auto, 132),
                        doctest::Contains("'config.elems_per_load'"), gnsilu::Error);
 }
 
@@ -174,75 +173,4 @@ TEST_CASE("16-byte vectors need aligned pointers and rows of a multiple of 8 ele
   CHECK_FALSE(vectorizable(aligned, buffer + 2, buffer + 32));
   CHECK_FALSE(vectorizable(aligned, buffer, buffer + 8));
   CHECK_FALSE(vectorizable(make_geometry(std::vector<int64_t>{1, 4, 12}, 2), buffer, buffer + 32));
-}
-
-TEST_CASE("streamed plans: every chunk and element in exactly one item, statistics before apply, waves of groups") {
-  const Target h200{132, std::size_t{50} << 20, 2};
-  for (const auto& config : gnsilu::candidate_configs()) {
-    for (const auto& [dims, groups] :
-         {std::pair{std::vector<int64_t>{1, 128, 1024, 1024}, int64_t{32}}, std::pair{std::vector<int64_t>{2, 64, 17, 19}, int64_t{32}},
-          std::pair{std::vector<int64_t>{3, 4}, int64_t{2}}, std::pair{std::vector<int64_t>{2, 32, 300, 300}, int64_t{8}},
-          std::pair{std::vector<int64_t>{1, 512, 256, 256}, int64_t{32}}}) {
-      CAPTURE(dims.size());
-      CAPTURE(dims[1]);
-      const Geometry g = make_geometry(dims, groups);
-      const Plan plan = make_plan(g, config, Path::Streamed, h200);
-      const gnsilu::kernel::Params& p = plan.params;
-      REQUIRE(plan.path == Path::Streamed);
-      CHECK(p.ahead >= 1);
-      CHECK(p.ahead <= g.groups_total);
-      CHECK(p.ahead == streamed_ahead(g, h200));
-      CHECK(p.stats_item_chunks % (config.warps * config.stages) == 0);
-      CHECK(p.apply_items_per_group == g.channels_per_group * p.spans_per_row);
-      CHECK(p.span_length % 8 == 0);
-      CHECK((p.spans_per_row - 1) * p.span_length < g.s);
-      CHECK(p.spans_per_row * p.span_length >= g.s);
-      CHECK(plan.streamed_blocks >= 1);
-      CHECK(plan.streamed_blocks <= static_cast<unsigned>(config.programs_per_sm * 132));
-      CHECK(plan.counters_offset >= plan.rows_offset + static_cast<std::size_t>(g.n * g.c) * 16);
-      CHECK(plan.counters_bytes == 8 + 8 * static_cast<std::size_t>(g.groups_total));
-      CHECK(plan.workspace >= plan.counters_offset + plan.counters_bytes);
-      CHECK(plan.workspace == gnsilu::workspace_size(dims, groups));
-      // Walk the tickets as the blocks take them.
-      std::vector<int64_t> stats_seen(static_cast<std::size_t>(g.groups_total * p.stats_items_per_group), -1);
-      std::vector<int64_t> apply_seen(static_cast<std::size_t>(g.groups_total * p.apply_items_per_group), -1);
-      std::vector<int64_t> stats_left(static_cast<std::size_t>(g.groups_total), p.stats_items_per_group);
-      int64_t applying = -1;  // the group whose apply items were handed out last
-      bool ordered = true, waves = true;
-      for (int64_t t = 0; t < p.items_total; ++t) {
-        const gnsilu::kernel::Item item = gnsilu::kernel::item_of(p, t);
-        REQUIRE(item.group >= 0);
-        REQUIRE(item.group < g.groups_total);
-        REQUIRE(item.index >= 0);
-        if (item.stats) {
-          REQUIRE(item.index < p.stats_items_per_group);
-          auto& seen = stats_seen[static_cast<std::size_t>(item.group * p.stats_items_per_group + item.index)];
-          CHECK(seen == -1);
-          seen = t;
-          --stats_left[static_cast<std::size_t>(item.group)];
-          // a group's statistics start only once the group `ahead` before it is being applied
-          if (item.group >= p.ahead && applying < item.group - p.ahead) waves = false;
-        } else {
-          REQUIRE(item.index < p.apply_items_per_group);
-          auto& seen = apply_seen[static_cast<std::size_t>(item.group * p.apply_items_per_group + item.index)];
-          CHECK(seen == -1);
-          seen = t;
-          if (stats_left[static_cast<std::size_t>(item.group)] != 0) ordered = false;
-          applying = std::max<int64_t>(applying, item.group);
-        }
-      }
-      CHECK(ordered);
-      CHECK(waves);
-      CHECK(std::count(stats_seen.begin(), stats_seen.end(), -1) == 0);
-      CHECK(std::count(apply_seen.begin(), apply_seen.end(), -1) == 0);
-      // The statistics items of a group cover its chunks once; the apply items its rows and elements once.
-      CHECK((p.stats_items_per_group - 1) * p.stats_item_chunks < g.chunks_per_group);
-      CHECK(p.stats_items_per_group * p.stats_item_chunks >= g.chunks_per_group);
-    }
-  }
-  // ahead: as many groups as fit in a third of L2, at least one, at most all.
-  CHECK(streamed_ahead(make_geometry(std::vector<int64_t>{1, 128, 1024, 1024}, 32), h200) == 2);  // 8 MiB groups
-  CHECK(streamed_ahead(make_geometry(std::vector<int64_t>{1, 32, 2048, 2048}, 1), h200) == 1);    // 256 MiB group
-  CHECK(streamed_ahead(make_geometry(std::vector<int64_t>{1, 64, 8, 8}, 32), h200) == 32);
-  CHECK(streamed_ahead(make_geometry(std::vector<int64_t>{1, 128, 1024, 1024}, 32), Target{132, 0, 2}) == 1);
 }

@@ -1,7 +1,7 @@
 // gnsilu-bench: measurements on a GPU, printed as a table (and JSON with --json FILE).
 //
 //   gnsilu-bench shapes   [--shapes 1x512x128x128,...] [--dtypes bf16,fp16] [--groups 32] [--repeats 30]
-//                         [--paths split,streamed,fused] [--configs e16w8s2p4,...]
+//                         [--paths split,fused] [--configs e16w8s2p4,...]
 //       For each shape and dtype, in one run on the same tensors: a device-to-device copy of x (the floor),
 //       gnsilu as an application sees it (tuned on first use, through the cache), the default configuration,
 //       and every candidate configuration timed by hand; CUDA events, L2 flushed before every timed run,
@@ -34,7 +34,6 @@
 #include "gnsilu/gnsilu.hpp"
 #include "gnsilu_math.cuh"
 #include "kernels.hpp"
-#include "launch.hpp"
 #include "modules.hpp"
 #include "plan.hpp"
 #include "tuner.hpp"
@@ -56,7 +55,7 @@ struct Args {
   int64_t groups = 32;
   int repeats = 30;
   std::string json_path;
-  std::vector<gnsilu::Path> paths = {gnsilu::Path::Split, gnsilu::Path::Streamed, gnsilu::Path::Fused};
+  std::vector<gnsilu::Path> paths = {gnsilu::Path::Split, gnsilu::Path::Fused};
   std::vector<LaunchConfig> configs;  // empty: the tuner's candidates
 };
 
@@ -125,7 +124,6 @@ Args parse(int argc, char** argv) {
       std::stringstream in(value());
       for (std::string s; std::getline(in, s, ',');) {
         if (s == "split") a.paths.push_back(gnsilu::Path::Split);
-        else if (s == "streamed") a.paths.push_back(gnsilu::Path::Streamed);
         else if (s == "fused") a.paths.push_back(gnsilu::Path::Fused);
         else throw std::runtime_error("unknown path " + s);
       }
@@ -261,7 +259,7 @@ int run_shapes(const Args& a) {
       const double app = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream); });
       // Every candidate on every path that can run: the library's path ("best by hand" and the default), and the
       // fastest of the other paths.
-      const gnsilu::Path chosen = gd::choose_path(g, gnsilu::Path::Auto, gd::target_of(dev, dtype));
+      const gnsilu::Path chosen = gd::choose_path(g, gnsilu::Path::Auto, dev.sms);
       json candidates = json::array();
       double best = 1e30, def = 0;
       LaunchConfig best_config;

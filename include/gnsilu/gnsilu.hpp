@@ -103,10 +103,8 @@ struct LaunchConfig {
 };
 
 // Which kernels run: Fused (one launch; groups of at most 64 Ki elements and 256 channels), Split (three
-// launches, any size), Streamed (one persistent launch over waves of groups that stay in L2, so that x is read
-// from DRAM once; any size, fast when a few groups fit in L2), or Auto (the library's choice). All give the
-// same bits.
-enum class Path { Auto, Fused, Split, Streamed };
+// launches, any size), or Auto (the library's choice). Both give the same bits.
+enum class Path { Auto, Fused, Split };
 
 // How a call finds its launch configuration when none is given (see the README's "Tuning").
 enum class TunePolicy {
@@ -151,7 +149,7 @@ GNSILU_API void set_cache_paths(const std::string& user_path, std::span<const st
 
 GNSILU_API const char* version();
 GNSILU_API const char* dtype_name(DType dtype);
-GNSILU_API const char* path_name(Path path);  // "auto", "fused", "split", "streamed"
+GNSILU_API const char* path_name(Path path);  // "auto", "fused", "split"
 GNSILU_API std::size_t dtype_size(DType dtype);
 
 }  // namespace gnsilu

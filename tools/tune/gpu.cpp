@@ -14,7 +14,6 @@
 #include "errors.hpp"
 #include "gnsilu_math.cuh"
 #include "kernels.hpp"
-#include "launch.hpp"
 #include "modules.hpp"
 #include "plan.hpp"
 #include "tuner.hpp"
@@ -129,7 +128,7 @@ std::vector<WarmRow> keys_of(const GpuSession& gpu, const std::vector<ShapeReque
   for (const auto& r : requests) {
     const detail::Geometry g = geometry_of(r);
     if (g.numel == 0) continue;
-    const Path path = detail::choose_path(g, Path::Auto, detail::target_of(gpu.info(), r.x));
+    const Path path = detail::choose_path(g, Path::Auto, gpu.info().sms);
     WarmRow row;
     row.request = r;
     row.geometry = g;
