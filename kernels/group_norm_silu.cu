@@ -508,28 +508,117 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(con
   else chunk_stats_warp<XT, WARPS, STAGES, false>(p);
 }
 
-// One block of 256 threads per group (a grid-stride loop over the groups).
+// The tree's last levels once the 256 partials are in shared memory: warp 0 combines p with p + 128, p + 64 and
+// p + 32 in its lanes' registers (lane l holds partials l + 32 m, as partials_warp), then the butterfly; the same
+// pairs in the same order as partials_block. Lanes of warp 0 return the result.
+__device__ __forceinline__ double combine_partials_warp0(const double* shared, int lane) {
+  double v[8];
+#pragma unroll
+  for (int m = 0; m < 8; ++m) v[m] = shared[lane + 32 * m];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) v[m] = v[m] + v[m + 4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m) v[m] = v[m] + v[m + 2];
+  return warp_sum(v[0] + v[1]);
+}
+
+// A group's statistics when each of the 256 threads can hold its records (t, t + 256, ... : at most K) in
+// registers: partial t's chain is this thread's, the records are loaded once for both passes, and the tree's
+// levels 128 to 32 run in warp 0's registers. The same terms, chains and tree as partials_block, so the same
+// bits; fewer loads, barriers and instructions on the path (finalize is latency-bound). Every thread returns it.
+struct FinalizeCache {
+  double partials[kPartials];
+  int max_e[kPartials / 32];
+  double sum;
+  GroupStats stats;
+};
+template <int K>
+__device__ __forceinline__ GroupStats group_stats_cached(const ChunkRecord* records, i64 count, i64 length, double eps,
+                                                         FinalizeCache& sh) {
+  const int t = threadIdx.x;
+  const int lane = t & 31;
+  ChunkRecord r[K];
+#pragma unroll
+  for (int m = 0; m < K; ++m) {
+    if (t + kPartials * m < count) r[m] = records[t + kPartials * m];
+  }
+  int max_e = -1000;
+  double acc = 0.0;
+#pragma unroll
+  for (int m = 0; m < K; ++m) {
+    const i64 j = t + kPartials * m;
+    if (j < count) {
+      max_e = r[m].e > max_e ? r[m].e : max_e;
+      acc = acc + record_sum(r[m], chunk_length(length, j));
+    }
+  }
+  max_e = warp_max(max_e);  // a maximum: the order does not matter
+  if (lane == 0) sh.max_e[t / 32] = max_e;
+  sh.partials[t] = acc;
+  __syncthreads();
+  if (t < 32) {
+    const double total = combine_partials_warp0(sh.partials, lane);
+    if (lane == 0) sh.sum = total;
+  }
+  __syncthreads();
+  const double sum = sh.sum;
+  const double mean = div64(sum, static_cast<double>(length));
+  double acc2 = 0.0;
+#pragma unroll
+  for (int m = 0; m < K; ++m) {
+    const i64 j = t + kPartials * m;
+    if (j < count) acc2 = acc2 + record_squares(r[m], chunk_length(length, j), mean);
+  }
+  sh.partials[t] = acc2;
+  __syncthreads();
+  if (t < 32) {
+    const double squares = combine_partials_warp0(sh.partials, lane);
+    int e = -1000;
+#pragma unroll
+    for (int w = 0; w < kPartials / 32; ++w) e = sh.max_e[w] > e ? sh.max_e[w] : e;
+    const GroupStats g = group_stats(sum, squares, length, e, eps);
+    __syncwarp();
+    if (lane == 0) sh.stats = g;
+  }
+  __syncthreads();
+  const GroupStats g = sh.stats;
+  __syncthreads();  // everyone has read the shared values before the next group writes them
+  return g;
+}
+
+// One block of 256 threads per group (a grid-stride loop over the groups). Groups of at most 16 x 256 records
+// (16 Mi elements) keep their records in registers (group_stats_cached); larger ones stream them twice.
 __global__ void __launch_bounds__(kPartials) finalize(const Params p) {
   __shared__ double shared[kPartials];
   __shared__ int max_shared;
+  __shared__ FinalizeCache cache;
   allow_next_kernel();
   wait_for_previous_kernel();
   const i64 count = p.chunks_per_group;
   const i64 length = p.group_length;
   for (i64 group = blockIdx.x; group < p.groups_total; group += gridDim.x) {
     const ChunkRecord* records = static_cast<const ChunkRecord*>(p.records) + group * count;
-    if (threadIdx.x == 0) max_shared = -1000;
-    __syncthreads();
-    int max_e = -1000;
+    GroupStats s;
+    if (count <= kPartials) {
+      s = group_stats_cached<1>(records, count, length, p.eps, cache);
+    } else if (count <= 4 * kPartials) {
+      s = group_stats_cached<4>(records, count, length, p.eps, cache);
+    } else if (count <= 16 * kPartials) {
+      s = group_stats_cached<16>(records, count, length, p.eps, cache);
+    } else {
+      if (threadIdx.x == 0) max_shared = -1000;
+      __syncthreads();
+      int max_e = -1000;
 #pragma unroll 8
-    for (i64 j = threadIdx.x; j < count; j += kPartials) max_e = records[j].e > max_e ? records[j].e : max_e;
-    atomicMax(&max_shared, max_e);  // a maximum: the order does not matter
-    const double sum =
-        partials_block(count, shared, [&](i64 j) { return record_sum(records[j], chunk_length(length, j)); });
-    const double mean = div64(sum, static_cast<double>(length));
-    const double squares = partials_block(
-        count, shared, [&](i64 j) { return record_squares(records[j], chunk_length(length, j), mean); });
-    const GroupStats s = group_stats(sum, squares, length, max_shared, p.eps);
+      for (i64 j = threadIdx.x; j < count; j += kPartials) max_e = records[j].e > max_e ? records[j].e : max_e;
+      atomicMax(&max_shared, max_e);  // a maximum: the order does not matter
+      const double sum =
+          partials_block(count, shared, [&](i64 j) { return record_sum(records[j], chunk_length(length, j)); });
+      const double mean = div64(sum, static_cast<double>(length));
+      const double squares = partials_block(
+          count, shared, [&](i64 j) { return record_squares(records[j], chunk_length(length, j), mean); });
+      s = group_stats(sum, squares, length, max_shared, p.eps);
+    }
     const i64 sample = group / p.g;
     const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
     RowConstants* rows = static_cast<RowConstants*>(p.rows);

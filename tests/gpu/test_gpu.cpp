@@ -228,6 +228,47 @@ TEST_CASE("every dtype pair, configuration and path gives the CPU reference's bi
   CHECK(mismatched == 0);
 }
 
+TEST_CASE("finalize: groups of 1 to 4097 chunk records (the register-held and the streamed finalize) match the reference") {
+  // finalize keeps a group's records in registers up to 1, 4 and 16 per thread (256, 1024, 4096 records) and
+  // streams them beyond: groups at and next to each boundary, with a partial last chunk where the length allows.
+  const int64_t lengths[] = {1000, 256 * 1024, 256 * 1024 + 5, 1024 * 1024, 1024 * 1024 + 1024, 4096 * 1024,
+                             4096 * 1024 + 3, 4097 * 1024};
+  std::size_t runs = 0, differ = 0;
+  for (const int64_t length : lengths) {
+    for (auto [xd, data] : {std::pair{DType::BF16, Data::LargeMean}, std::pair{DType::FP32, Data::Normal}}) {
+      const std::vector<int64_t> dims{1, 2, length};  // two groups of one channel
+      const auto n = static_cast<std::size_t>(numel(dims));
+      HostTensor x = make_input(xd, n, static_cast<std::size_t>(length), data, 77);
+      HostTensor expected(DType::BF16, n), got(DType::BF16, n);
+      gnsilu::Problem p;
+      p.x = x.data();
+      p.x_dtype = xd;
+      p.y = expected.data();
+      p.shape = dims;
+      p.num_groups = 2;
+      gnsilu::reference_group_norm_silu(p);
+      DeviceMemory dx(x.bytes.size()), dy(got.bytes.size());
+      dx.upload(x.data());
+      p.x = dx.get();
+      p.y = dy.get();
+      gnsilu::LaunchOptions split;
+      split.path = Path::Split;
+      split.config = gnsilu::default_config(Path::Split);
+      dy.fill(0xFF);
+      gnsilu::group_norm_silu(p, nullptr, {}, split);
+      device_sync();
+      dy.download(got.data());
+      ++runs;
+      if (got.bytes != expected.bytes) {
+        ++differ;
+        FAIL_CHECK("group length " << length << " (" << (length + 1023) / 1024 << " records), x "
+                                   << std::string(gnsilu::dtype_name(xd)) << ": differs from the reference");
+      }
+    }
+  }
+  MESSAGE(runs << " runs, groups of 1 to 4097 records: " << runs - differ << " equal to the reference");
+}
+
 TEST_CASE("the fast 16-bit SiLU decides like silu32 for every FP32 input") {
   CUdevice device = 0;
   GNSILU_CU(drv().cuCtxGetDevice(&device));
