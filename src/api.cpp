@@ -22,12 +22,14 @@
 namespace gnsilu {
 namespace {
 
-// What the tuner times. The split path's default first, then the fused path's (from tuning on the H200:
-// large activations favour 4-warp blocks with the next chunk in flight, small ones 16-warp blocks).
+// What the tuner times. The split path's default first, then the fused path's. On the H200 with the v6
+// kernels, 8-warp blocks (e16 w8 s1 p4) were the fastest or within 1.5% of it for every split shape timed
+// from 4 MiB to 1 GiB (bf16 and fp16), where 4-warp blocks with two chunks in flight (the earlier default)
+// were up to 10% slower (docs/PERFORMANCE.md, v7); small fused activations favour 16-warp blocks.
 constexpr std::array<LaunchConfig, 6> kCandidates = {{
-    {16, 4, 2, 8},
-    {32, 16, 1, 2},
     {16, 8, 1, 4},
+    {32, 16, 1, 2},
+    {16, 4, 2, 8},
     {8, 4, 1, 8},
     {32, 8, 2, 2},
     {8, 4, 2, 8},
