@@ -587,7 +587,7 @@ __device__ __forceinline__ GroupStats group_stats_cached(const ChunkRecord* reco
 }
 
 // One block of 256 threads per group (a grid-stride loop over the groups). Groups of at most 16 x 256 records
-// (16 Mi elements) keep their records in registers (group_stats_cached); larger ones stream them twice.
+// (4 Mi elements) keep their records in registers (group_stats_cached); larger ones read them twice.
 __global__ void __launch_bounds__(kPartials) finalize(const Params p) {
   __shared__ double shared[kPartials];
   __shared__ int max_shared;

@@ -228,9 +228,9 @@ TEST_CASE("every dtype pair, configuration and path gives the CPU reference's bi
   CHECK(mismatched == 0);
 }
 
-TEST_CASE("finalize: groups of 1 to 4097 chunk records (the register-held and the streamed finalize) match the reference") {
+TEST_CASE("finalize: groups of 1 to 4097 chunk records (records held in registers, and the loop beyond 4096) match the reference") {
   // finalize keeps a group's records in registers up to 1, 4 and 16 per thread (256, 1024, 4096 records) and
-  // streams them beyond: groups at and next to each boundary, with a partial last chunk where the length allows.
+  // loops over them beyond: groups at and next to each boundary, with a partial last chunk where the length allows.
   const int64_t lengths[] = {1000, 256 * 1024, 256 * 1024 + 5, 1024 * 1024, 1024 * 1024 + 1024, 4096 * 1024,
                              4096 * 1024 + 3, 4097 * 1024};
   std::size_t runs = 0, differ = 0;
