@@ -98,6 +98,26 @@ std::string shape_text(const Shape& s) {
   return out;
 }
 
+// A call over device tensors whose answer is known: x uploaded from `x`, the CPU reference's bf16 y in `expected`,
+// and `problem` pointed at the device x and y (no affine parameters). `dims` must outlive the case.
+struct ReferenceCase {
+  HostTensor expected;
+  DeviceMemory dx, dy;
+  gnsilu::Problem problem;
+  ReferenceCase(HostTensor& x, const std::vector<int64_t>& dims, int64_t groups)
+      : expected(DType::BF16, x.size()), dx(x.bytes.size()), dy(expected.bytes.size()) {
+    problem.x = x.data();
+    problem.x_dtype = x.dtype;
+    problem.y = expected.data();
+    problem.shape = dims;
+    problem.num_groups = groups;
+    gnsilu::reference_group_norm_silu(problem);
+    dx.upload(x.data());
+    problem.x = dx.get();
+    problem.y = dy.get();
+  }
+};
+
 const DType kTypes[] = {DType::BF16, DType::FP16, DType::FP32};
 
 // Compile every variant the tests use, in parallel (NVRTC is thread-safe across programs).
@@ -239,27 +259,17 @@ TEST_CASE("finalize: groups of 1 to 4097 chunk records (records held in register
       const std::vector<int64_t> dims{1, 2, length};  // two groups of one channel
       const auto n = static_cast<std::size_t>(numel(dims));
       HostTensor x = make_input(xd, n, static_cast<std::size_t>(length), data, 77);
-      HostTensor expected(DType::BF16, n), got(DType::BF16, n);
-      gnsilu::Problem p;
-      p.x = x.data();
-      p.x_dtype = xd;
-      p.y = expected.data();
-      p.shape = dims;
-      p.num_groups = 2;
-      gnsilu::reference_group_norm_silu(p);
-      DeviceMemory dx(x.bytes.size()), dy(got.bytes.size());
-      dx.upload(x.data());
-      p.x = dx.get();
-      p.y = dy.get();
+      HostTensor got(DType::BF16, n);
+      ReferenceCase c(x, dims, 2);
       gnsilu::LaunchOptions split;
       split.path = Path::Split;
       split.config = gnsilu::default_config(Path::Split);
-      dy.fill(0xFF);
-      gnsilu::group_norm_silu(p, nullptr, {}, split);
+      c.dy.fill(0xFF);
+      gnsilu::group_norm_silu(c.problem, nullptr, {}, split);
       device_sync();
-      dy.download(got.data());
+      c.dy.download(got.data());
       ++runs;
-      if (got.bytes != expected.bytes) {
+      if (got.bytes != c.expected.bytes) {
         ++differ;
         FAIL_CHECK("group length " << length << " (" << (length + 1023) / 1024 << " records), x "
                                    << std::string(gnsilu::dtype_name(xd)) << ": differs from the reference");
@@ -267,6 +277,7 @@ TEST_CASE("finalize: groups of 1 to 4097 chunk records (records held in register
     }
   }
   MESSAGE(runs << " runs, groups of 1 to 4097 records: " << runs - differ << " equal to the reference");
+  CHECK(differ == 0);
 }
 
 TEST_CASE("the fast 16-bit SiLU decides like silu32 for every FP32 input") {
@@ -344,16 +355,11 @@ TEST_CASE("a call captured into a CUDA graph replays to the same bits") {
   const std::vector<int64_t> dims{1, 128, 96, 96};
   const auto n = static_cast<std::size_t>(numel(dims));
   HostTensor x = make_input(DType::BF16, n, 4 * 96 * 96, Data::LargeMean, 8);
-  HostTensor expected(DType::BF16, n), got(DType::BF16, n);
-  gnsilu::Problem p;
-  p.x = x.data();
-  p.y = expected.data();
-  p.shape = dims;
-  gnsilu::reference_group_norm_silu(p);
-  DeviceMemory dx(x.bytes.size()), dy(got.bytes.size());
-  dx.upload(x.data());
-  p.x = dx.get();
-  p.y = dy.get();
+  HostTensor got(DType::BF16, n);
+  ReferenceCase c(x, dims, 32);
+  const gnsilu::Problem& p = c.problem;
+  DeviceMemory& dy = c.dy;
+  const HostTensor& expected = c.expected;
   gnsilu::LaunchOptions split;
   split.path = Path::Split;  // the path that needs a workspace
   gnsilu::group_norm_silu(p, nullptr, {}, split);  // compile and warm outside the capture
