@@ -8,7 +8,8 @@ namespace gnsilu::cache {
 std::string TuningKey::text() const {
   return device.name + "|sm" + std::to_string(device.arch) + "|" + std::to_string(device.sms) + "sm|" +
          std::to_string(device.memory_mib) + "MiB|" + std::to_string(device.l2_kib) + "KiB|" + code_version + "|cpg" +
-         std::to_string(channels_per_group) + "|" + dtype_name(x_dtype) + ">" + dtype_name(y_dtype) + "|" + size_class;
+         std::to_string(channels_per_group) + "|" + dtype_name(x_dtype) + ">" + dtype_name(y_dtype) + "|" +
+         layout_name(layout) + "|" + activation_name(activation) + "|" + size_class;
 }
 
 std::string size_class_of(std::size_t bytes, std::size_t l2_bytes, std::string_view path) {
@@ -34,6 +35,20 @@ DType dtype_from_name(const std::string& name) {
   if (name == "fp16") return DType::FP16;
   if (name == "fp32") return DType::FP32;
   return DType::None;
+}
+
+bool layout_from_name(const std::string& name, Layout& layout) {
+  if (name == "nchw") layout = Layout::ChannelsFirst;
+  else if (name == "nhwc") layout = Layout::ChannelsLast;
+  else return false;
+  return true;
+}
+
+bool activation_from_name(const std::string& name, Activation& activation) {
+  if (name == "silu") activation = Activation::SiLU;
+  else if (name == "none") activation = Activation::None;
+  else return false;
+  return true;
 }
 
 }  // namespace gnsilu::cache

@@ -29,6 +29,8 @@ struct TuningKey {
   DType x_dtype = DType::BF16;
   DType y_dtype = DType::BF16;
   std::string size_class;        // size_class_of(): activations of different classes (and paths) tune separately
+  Layout layout = Layout::ChannelsFirst;     // the kernels' layout (channels-last tunes separately)
+  Activation activation = Activation::SiLU;  // SiLU or none
   friend bool operator==(const TuningKey&, const TuningKey&) = default;
   // One line naming every field, usable as a map key and in messages.
   std::string text() const;
@@ -80,5 +82,8 @@ std::string kernel_checksum(const std::vector<char>& image, const std::string& j
 
 // "bf16" <-> DType
 DType dtype_from_name(const std::string& name);
+// "nchw" / "nhwc" (layout_name) -> Layout, and "silu" / "none" -> Activation; false for anything else.
+bool layout_from_name(const std::string& name, Layout& layout);
+bool activation_from_name(const std::string& name, Activation& activation);
 
 }  // namespace gnsilu::cache

@@ -11,9 +11,16 @@
 //     hardware's conversion where it rounds the same way), and NaN outputs are canonical (0x7FFF bf16 and
 //     fp16, 0x7FC00000 fp32) so that every platform stores the same bits.
 //
-// The reduction tree (part of the definition of the result, independent of any launch configuration):
-//   * group (n, g) is the contiguous run of L = (C/G) * S elements of x (S: product of the spatial sizes);
-//   * it is cut into chunks of kChunk = 1024 elements, the last one shorter; absent elements count as +0;
+// The reduction tree (part of the definition of the result, independent of any launch configuration and of
+// the memory layout):
+//   * group (n, g) holds L = (C/G) * S elements of x (S: product of the spatial sizes), in channel-major order
+//     (element i is channel i / S of the group, position i % S) whatever the layout in memory;
+//   * it is cut into chunks that never straddle a channel: for S > 512, each channel's S positions into runs of
+//     kChunk = 1024 (the last one shorter); for S <= 512, m = floor(1024 / S) whole channels per chunk (the
+//     group's last chunk fewer). So a chunk is one rectangle of channels x positions in either layout: NCHW
+//     holds it as one contiguous run, channels-last as a tile of pixels (chunk_geometry below). Where S is a
+//     multiple of 1024 or divides it these are the runs of 1024 consecutive elements of the group that gnsilu
+//     used before layouts existed, so those results did not change; absent elements count as +0;
 //   * element i of a chunk belongs to vector i/8 (8 contiguous elements), to lane (i/8) % 32 and to slot
 //     i/256 of that lane. A chunk sum adds the 8 elements of a vector pairwise (bits 0, 1, 2 of i), then the
 //     4 slots of a lane (bit 9, then bit 8), then the 32 lanes (bits 7 down to 3: a warp butterfly);
@@ -50,6 +57,10 @@ typedef long long i64;
 
 // dtype codes: the public enum gnsilu_dtype uses the same numbers.
 enum : int { kNone = 0, kBF16 = 1, kFP16 = 2, kFP32 = 3 };
+// Memory layouts (gnsilu_layout): channel-major (N, C, *spatial) or channels-last (N, *spatial, C).
+enum : int { kChannelsFirst = 0, kChannelsLast = 1 };
+// Activations after the normalization (gnsilu_activation): y = silu(v) or y = v.
+enum : int { kSiLU = 0, kNoActivation = 1 };
 
 constexpr int kChunk = 1024;           // elements per chunk record
 constexpr int kVec = 8;                // elements per vector (one tree leaf group)
@@ -379,29 +390,59 @@ struct alignas(16) ChunkRecord {
   double q;  // sum of d * d: likewise
   float c;   // pivot
   int e;     // E
-  int unused[2];
+  int n;     // elements in the chunk (1 to kChunk)
+  int unused;
 };
 static_assert(sizeof(ChunkRecord) == 32, "ChunkRecord layout");
+
+// ---- chunk geometry (see the reduction tree above) -----------------------------------------------------------
+// Channels per chunk: 1 when S > 512 (a chunk is a run of one channel's positions), else floor(1024 / S).
+GNSILU_HD i64 chunk_channels(i64 s) { return s > kChunk / 2 || s < 1 ? 1 : kChunk / s; }
+// Chunks per channel: ceil(S / 1024) when S > 512, else 1.
+GNSILU_HD i64 chunks_per_channel(i64 s) { return s > kChunk / 2 ? (s + kChunk - 1) / kChunk : 1; }
+// Chunks per group of `channels_per_group` channels.
+GNSILU_HD i64 chunks_per_group(i64 s, i64 channels_per_group) {
+  const i64 m = chunk_channels(s);
+  return chunks_per_channel(s) * ((channels_per_group + m - 1) / m);
+}
+
+// Chunk j of a group: channels [first_channel, first_channel + channels) of the group and positions
+// [first_pixel, first_pixel + pixels) of each; one of channels and (pixels < S) is 1 / false.
+struct ChunkPlace {
+  i64 first_channel;  // within the group
+  i64 channels;
+  i64 first_pixel;
+  i64 pixels;
+};
+GNSILU_HD ChunkPlace chunk_place(i64 s, i64 channels_per_group, i64 j) {
+  const i64 m = chunk_channels(s);
+  const i64 r = chunks_per_channel(s);
+  const i64 block = j / r;
+  const i64 k = j - block * r;
+  ChunkPlace c;
+  c.first_channel = block * m;
+  const i64 left = channels_per_group - c.first_channel;
+  c.channels = left < m ? left : m;
+  c.first_pixel = k * kChunk;
+  const i64 rest = s - c.first_pixel;
+  c.pixels = rest < kChunk ? rest : kChunk;
+  return c;
+}
 
 // The slots of a lane for the FP64 part of R: the same tree as tree_slots.
 GNSILU_HD double tree_slots(double s0, double s1, double s2, double s3) { return (s0 + s2) + (s1 + s3); }
 
 // ---- group statistics from records (FP64) --------------------------------------------------------------
 // n * c + R * 2^E: the chunk's sum of x (the products are exact, one rounding in the sum).
-GNSILU_HD double record_sum(const ChunkRecord& r, int n) {
-  return static_cast<double>(n) * static_cast<double>(r.c) + r.r * pow2d(r.e);
+GNSILU_HD double record_sum(const ChunkRecord& r) {
+  return static_cast<double>(r.n) * static_cast<double>(r.c) + r.r * pow2d(r.e);
 }
 // The chunk's sum of (x - m)^2 = Q 2^2E + delta (2 R 2^E + n delta), delta = c - m.
-GNSILU_HD double record_squares(const ChunkRecord& r, int n, double m) {
+GNSILU_HD double record_squares(const ChunkRecord& r, double m) {
   const double scale = pow2d(r.e);
   const double delta = static_cast<double>(r.c) - m;
-  const double linear = 2.0 * (r.r * scale) + static_cast<double>(n) * delta;
+  const double linear = 2.0 * (r.r * scale) + static_cast<double>(r.n) * delta;
   return (r.q * scale) * scale + delta * linear;
-}
-// Elements in chunk j of a group of length L.
-GNSILU_HD int chunk_length(i64 group_length, i64 j) {
-  const i64 rest = group_length - j * kChunk;
-  return static_cast<int>(rest < kChunk ? rest : kChunk);
 }
 
 struct GroupStats {
@@ -473,7 +514,13 @@ GNSILU_HD float preactivation(float x, const RowConstants& rc) {
   return fma32(t, rc.k, rc.c);
 }
 
-GNSILU_HD float transform(float x, const RowConstants& rc) { return silu32(preactivation(x, rc)); }
+// y of one element, before its rounding to the output dtype.
+template <int ACT = kSiLU>
+GNSILU_HD float transform(float x, const RowConstants& rc) {
+  static_assert(ACT == kSiLU || ACT == kNoActivation, "activation");
+  if constexpr (ACT == kSiLU) return silu32(preactivation(x, rc));
+  else return preactivation(x, rc);
+}
 
 #if defined(__CUDA_ARCH__)
 // ---- SiLU for a 16-bit output, decided fast where it can be --------------------------------------------
@@ -510,8 +557,10 @@ __device__ __forceinline__ bool silu16_decided(float v, float f) {
   return decided;
 }
 
-// y for a vector of x: silu32 for FP32 outputs; for 16-bit outputs the estimate where it decides the
-// rounding, silu32 for the elements where it does not. v holds x on entry and y on return.
+// y for N elements of x: with no activation the pre-activation; with SiLU, silu32 for FP32 outputs, and for
+// 16-bit outputs the estimate where it decides the rounding, silu32 for the elements where it does not. v holds
+// x on entry and y on return; rc_of(e) gives element e's constants (one set for a channel-major vector, one per
+// channel for a channels-last one).
 //
 // Two ways to handle the undecided elements, which give the same bits (PERFORMANCE.md, v6, has the timings):
 //   REDECIDE: the common path only notes whether any element was undecided, with no per-element bookkeeping;
@@ -520,40 +569,44 @@ __device__ __forceinline__ bool silu16_decided(float v, float f) {
 //   otherwise: an undecided element keeps its x in v and only those elements run silu32. Faster for fp16
 //     (13 dropped bits: ~0.5% of elements undecided, so most warps meet one in some lane) and in the fused
 //     kernel.
-template <int YT, bool REDECIDE, typename XOf>
-__device__ __forceinline__ void transform_vector(float (&v)[kVec], const RowConstants& rc, XOf x_of) {
-  if constexpr (YT == kFP32) {
+template <int YT, int ACT, bool REDECIDE, int N, typename RcOf, typename XOf>
+__device__ __forceinline__ void transform_values(float (&v)[N], RcOf rc_of, XOf x_of) {
+  static_assert(N <= 32, "undecided elements are a 32-bit mask");
+  if constexpr (ACT == kNoActivation) {
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) v[e] = transform(v[e], rc);
+    for (int e = 0; e < N; ++e) v[e] = preactivation(v[e], rc_of(e));
+  } else if constexpr (YT == kFP32) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) v[e] = transform(v[e], rc_of(e));
   } else if constexpr (REDECIDE) {
     bool undecided = false;
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      const float pre = preactivation(v[e], rc);
+    for (int e = 0; e < N; ++e) {
+      const float pre = preactivation(v[e], rc_of(e));
       const float f = silu_estimate(pre);
       undecided |= !silu16_decided<YT>(pre, f);
       v[e] = f;
     }
     if (undecided) {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        const float pre = preactivation(x_of(e), rc);
+      for (int e = 0; e < N; ++e) {
+        const float pre = preactivation(x_of(e), rc_of(e));
         if (!silu16_decided<YT>(pre, silu_estimate(pre))) v[e] = silu32(pre);
       }
     }
   } else {
     unsigned undecided = 0;
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      const float pre = preactivation(v[e], rc);
+    for (int e = 0; e < N; ++e) {
+      const float pre = preactivation(v[e], rc_of(e));
       const float f = silu_estimate(pre);
       if (silu16_decided<YT>(pre, f)) v[e] = f;
       else undecided |= 1u << e;
     }
     if (undecided != 0) {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        if (undecided & (1u << e)) v[e] = transform(v[e], rc);
+      for (int e = 0; e < N; ++e) {
+        if (undecided & (1u << e)) v[e] = transform(v[e], rc_of(e));
       }
     }
   }

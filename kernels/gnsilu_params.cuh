@@ -6,8 +6,8 @@ namespace gnsilu {
 namespace kernel {
 
 struct Params {
-  const void* x;          // (N, C, S) contiguous, dtype XT
-  void* y;                // same shape, dtype YT; may equal x when the element sizes match
+  const void* x;          // (N, C, S) channel-major or (N, S, C) channels-last, contiguous, dtype XT
+  void* y;                // same shape and layout, dtype YT; may equal x when the element sizes match
   const void* weight;     // C values of weight_dtype, or null
   const void* bias;       // C values of bias_dtype, or null
   void* records;          // split path: ChunkRecord per chunk (groups * chunks_per_group)
@@ -19,16 +19,35 @@ struct Params {
   long long channels_per_group;
   long long group_length;       // channels_per_group * s
   long long groups_total;       // n * g
-  long long chunks_per_group;   // ceil(group_length / kChunk)
+  long long chunks_per_group;   // gnsilu_math.cuh: chunks_per_group(s, channels_per_group)
   long long chunks_total;       // groups_total * chunks_per_group
-  long long spans_per_row;      // apply tiling: each row of s elements in spans of span_length
+  long long chunk_channels;     // channels per chunk (1 when s > 512)
+  long long chunks_per_row;     // chunks per channel (1 when s <= 512)
+  // apply, channel-major: each row of s elements in spans of span_length
+  long long spans_per_row;
   long long span_length;
   long long tiles_total;        // n * c * spans_per_row
+  // channels-last statistics: tiles of (sample, window of 1024 pixels, slice of channels); 0 items: one warp
+  // per chunk, gathered element by element
+  long long cl_stats_items;
+  long long cl_slices;          // slices per pixel
+  // channels-last apply: items of (sample, block of pixels, slice of columns); a column is 8 channels
+  // (vectorized) or one
+  long long cl_apply_items;
+  long long cl_columns;         // columns per pixel
+  long long cl_column_slices;   // slices of cl_tx columns
+  long long cl_block_pixels;    // pixels per item
+  long long cl_blocks_per_sample;
   double eps;
   int weight_dtype;
   int bias_dtype;
-  int vectorized;  // x and y 16-byte aligned and s % 8 == 0: 16-byte loads and stores
-  int reserved;
+  int vectorized;        // 16-byte loads and stores: x and y 16-byte aligned, and s % 8 == 0 (channel-major) or
+                         // c % 8 == 0 (channels-last)
+  int full_chunks;       // every chunk holds 1024 elements (chunk k of the tensor starts at element 1024 k in NCHW)
+  int cl_slice_vectors;  // channels-last statistics tiles: 16-byte vectors per pixel of a slice (1, 2 or 4)
+  int cl_tx;             // channels-last apply: threads across columns,
+  int cl_ty;             //   and along pixels (cl_tx * cl_ty <= threads per block)
+  int cl_fused_width;    // channels-last fused kernel: channels per vector (8, 4 or 1)
 };
 
 }  // namespace kernel

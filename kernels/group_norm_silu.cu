@@ -1,27 +1,39 @@
-// gnsilu: the GroupNorm+SiLU kernels, compiled at run time by NVRTC for the device's exact architecture.
+// gnsilu: the GroupNorm(+SiLU) kernels, compiled at run time by NVRTC for the device's exact architecture.
 //
-// Two paths compute the same bits (gnsilu_math.cuh defines the arithmetic and the reduction tree):
+// Two paths compute the same bits (gnsilu_math.cuh defines the arithmetic and the reduction tree), in two
+// memory layouts that also give the same bits: channel-major (NCHW, NCDHW, ...) and channels-last (NHWC, ...).
+// A variant is compiled for one layout (LAYOUT) and one activation (ACT: SiLU or none).
 //
 //   split (three launches, any size; from sm_90 the second and third overlap the drain of the one before):
-//     chunk_stats  one warp per 1024-element chunk: loads the chunk into registers (4 x 16-byte vectors per
-//                  lane), sums it, takes its pivot, then sums the centred values and their squares from the
-//                  same registers: x is read once for the statistics. Writes a 32-byte record per chunk.
-//                  When every chunk is full (group length a multiple of 1024) it takes a path with no
-//                  division of the chunk index and no per-element mask.
+//     chunk_stats  NCHW: one warp per chunk: loads the chunk into registers (4 x 16-byte vectors per lane),
+//                  sums it, takes its pivot, then sums the centred values and their squares from the same
+//                  registers: x is read once for the statistics. Writes a 32-byte record per chunk. When
+//                  every chunk is full (S a multiple of 1024, ...) it takes a path with no division of the
+//                  chunk index and no per-element mask; otherwise full chunks still skip the masks.
+//                  NHWC: a block per tile of (sample, window of 1024 pixels, slice of 16 to 64 bytes of
+//                  channels): the tile is read with 16-byte loads, transposed into shared memory so that each
+//                  channel's window (one chunk: chunks never straddle a channel) lies as in NCHW, and the
+//                  warps reduce those chunks exactly as the NCHW kernel does. Shapes the tiles cannot take
+//                  (S <= 512, C not a multiple of 16 bytes, unaligned x) gather chunks element by element.
 //     finalize     one block per group: combines the group's records in FP64, writes per-(n, c) constants.
-//     apply        tiles of (row, span): y = silu(fma(fma(x, u, -z), k, c)), 16-byte loads and stores; for
-//                  16-bit outputs SiLU is estimated with MUFU and silu32 runs only where the estimate cannot
-//                  decide the rounding (gnsilu_math.cuh).
+//                  The same kernel for both layouts.
+//     apply        NCHW: tiles of (row, span): y = silu(fma(fma(x, u, -z), k, c)), 16-byte loads and stores;
+//                  for 16-bit outputs SiLU is estimated with MUFU and silu32 runs only where the estimate
+//                  cannot decide the rounding (gnsilu_math.cuh). NHWC: items of (sample, block of pixels,
+//                  slice of columns of 8 channels); each thread keeps one column's 8 sets of constants in
+//                  registers and walks pixels with 16-byte loads and stores.
 //     Bytes moved: x twice and y once (6 per element in 16-bit), plus 32 bytes per 1024 elements of records.
 //
 //   fused (one launch, groups of at most 64 chunks and 256 channels):
 //     one block per group: its warps compute the chunk records into shared memory, warp 0 combines them,
-//     then the block applies the group; the second read of x mostly hits L2 (the group was just read).
+//     then the block applies the group; the second read of x mostly hits L2 (the group was just read). In
+//     NHWC the chunks are gathered element by element (the group's channels are a few bytes of each pixel)
+//     and the apply walks the group's pixels with vectors of 8, 4 or 1 of its channels.
 //
 // Launch constants are template parameters: WARPS (warps per block), EPL (elements per thread per step of the
 // apply loops: 8, 16 or 32), STAGES (chunks a warp holds in flight in chunk_stats: 2 loads the next chunk
-// while reducing the current one). None of them changes the reduction tree, so none changes a bit of the
-// output.
+// while reducing the current one; NCHW only). None of them changes the reduction tree, so none changes a bit of
+// the output.
 #include "gnsilu_math.cuh"
 #include "gnsilu_params.cuh"
 
@@ -132,6 +144,59 @@ __device__ __forceinline__ void store_vector(void* base, i64 i, const float (&v)
   }
 }
 
+// W consecutive elements (W = 8, 4 or 1) of one pixel's channels (the channels-last fused kernel): 16- or
+// 32-byte vectors for 8, 8- or 16-byte ones for 4.
+__device__ __forceinline__ void load8bytes(const void* p, u32& a, u32& b) {
+  asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "l"(p));
+}
+__device__ __forceinline__ void store8bytes(void* p, u32 a, u32 b) {
+  asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b) : "memory");
+}
+
+template <int T, int W>
+__device__ __forceinline__ void load_values(const void* base, i64 i, float (&v)[W]) {
+  static_assert(W == 8 || W == 4 || W == 1, "W");
+  if constexpr (W == 8) {
+    load_vector<T>(base, i, v);
+  } else if constexpr (W == 1) {
+    v[0] = load_element<T>(base, i);
+  } else if constexpr (T == kFP32) {
+    const Raw16 r = load16(static_cast<const float*>(base) + i);
+    v[0] = float_of(r.a); v[1] = float_of(r.b); v[2] = float_of(r.c); v[3] = float_of(r.d);
+  } else {
+    u32 w[2];
+    load8bytes(static_cast<const u16*>(base) + i, w[0], w[1]);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const u16 h = static_cast<u16>(k % 2 ? w[k / 2] >> 16 : w[k / 2] & 0xFFFFu);
+      v[k] = T == kBF16 ? bf16_to_float(h) : fp16_to_float(h);
+    }
+  }
+}
+
+template <int T, int W>
+__device__ __forceinline__ void store_values(void* base, i64 i, const float (&v)[W]) {
+  if constexpr (W == 8) {
+    store_vector<T>(base, i, v);
+  } else if constexpr (W == 1) {
+    store_element<T>(base, i, v[0]);
+  } else if constexpr (T == kFP32) {
+    store16(static_cast<float*>(base) + i, float_canonical_bits(v[0]), float_canonical_bits(v[1]),
+            float_canonical_bits(v[2]), float_canonical_bits(v[3]));
+  } else if constexpr (T == kBF16) {
+    store8bytes(static_cast<u16*>(base) + i, pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
+  } else {
+    store8bytes(static_cast<u16*>(base) + i, pack_fp16x2(v[0], v[1]), pack_fp16x2(v[2], v[3]));
+  }
+}
+
+// Bytes of two words picked by a PRMT selector: 0x5410 joins the low halves (a's low half low), 0x7632 the high.
+__device__ __forceinline__ u32 permute(u32 a, u32 b, u32 selector) {
+  u32 out;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(a), "r"(b), "r"(selector));
+  return out;
+}
+
 // ---- warp butterflies: lane l adds lane l ^ h, h = 16, 8, 4, 2, 1 (addition commutes bit for bit) ------------
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -181,33 +246,41 @@ __device__ __forceinline__ u32 element_bits(const void* x, i64 i) {
   else return static_cast<const u16*>(x)[i];
 }
 
-// Chunk j of `group`.
+// Slot s of a chunk from 8 elements' bits given one by one (absent ones as 0).
+template <int XT, typename BitsOf>
+__device__ __forceinline__ RawVector<XT> raw_from_bits(BitsOf bits_of_element) {
+  u32 w[XT == kFP32 ? 8 : 4];
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) {
+    const u32 b = bits_of_element(e);
+    if constexpr (XT == kFP32) w[e] = b;
+    else w[e / 2] = e % 2 ? (w[e / 2] | b << 16) : b;
+  }
+  RawVector<XT> r;
+#pragma unroll
+  for (int q = 0; q < (XT == kFP32 ? 2 : 1); ++q) r.q[q] = Raw16{w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]};
+  return r;
+}
+
+// The n elements of x from `start` on (channel-major: a chunk is one contiguous run).
 template <int XT>
-__device__ __forceinline__ void load_group_chunk(const Params& p, i64 group, i64 j, int lane, ChunkData<XT>& c) {
-  c.n = chunk_length(p.group_length, j);
-  const i64 start = group * p.group_length + j * kChunk;
+__device__ __forceinline__ void load_run(const Params& p, i64 start, int n, int lane, ChunkData<XT>& c) {
+  c.n = n;
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
     const int first = (lane + kLanes * s) * kVec;
-    if (p.vectorized && first + kVec <= c.n) {
+    if (p.vectorized && first + kVec <= n) {
       c.raw[s] = load_raw<XT>(p.x, start + first);
     } else {
-      // Element by element (unaligned rows, or the end of a group), into the same raw layout.
-      u32 w[XT == kFP32 ? 8 : 4];
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        const u32 b = first + e < c.n ? element_bits<XT>(p.x, start + first + e) : 0u;
-        if constexpr (XT == kFP32) w[e] = b;
-        else w[e / 2] = e % 2 ? (w[e / 2] | b << 16) : b;
-      }
-#pragma unroll
-      for (int q = 0; q < (XT == kFP32 ? 2 : 1); ++q) c.raw[s].q[q] = Raw16{w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]};
+      // Element by element (unaligned rows, or the end of a chunk), into the same raw layout.
+      c.raw[s] = raw_from_bits<XT>(
+          [&](int e) { return first + e < n ? element_bits<XT>(p.x, start + first + e) : 0u; });
     }
   }
 }
 
-// Chunk `chunk` when every chunk is full and x is 16-byte aligned (group length a multiple of kChunk, rows of
-// whole vectors): it starts at chunk * kChunk, with no division into (group, index) and no per-slot tests.
+// Chunk `chunk` when every chunk is full and x is 16-byte aligned (all chunks of 1024 elements, rows of whole
+// vectors): it starts at chunk * kChunk, with no division into (group, index) and no per-slot tests.
 template <int XT>
 __device__ __forceinline__ void load_full_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
   c.n = kChunk;
@@ -216,11 +289,60 @@ __device__ __forceinline__ void load_full_chunk(const Params& p, i64 chunk, int 
   for (int s = 0; s < kSlots; ++s) c.raw[s] = load_raw<XT>(p.x, start + kLanes * kVec * s);
 }
 
-// Chunk `chunk` of the whole tensor (the split path's numbering: group-major).
+// Where chunk `chunk` of the tensor (group-major numbering) lies in channel-major memory, and its length. With
+// one channel per chunk the chunks of the tensor are the rows' runs in order: chunk = row * r + k.
+__device__ __forceinline__ void chunk_extent(const Params& p, i64 chunk, i64& start, int& n) {
+  if (p.chunk_channels == 1) {
+    const i64 row = chunk / p.chunks_per_row;
+    const i64 k = chunk - row * p.chunks_per_row;
+    const i64 rest = p.s - k * kChunk;
+    start = row * p.s + k * kChunk;
+    n = static_cast<int>(rest < kChunk ? rest : kChunk);
+  } else {
+    const i64 group = chunk / p.chunks_per_group;
+    const i64 first = (chunk - group * p.chunks_per_group) * p.chunk_channels;
+    const i64 left = p.channels_per_group - first;
+    start = group * p.group_length + first * p.s;
+    n = static_cast<int>((left < p.chunk_channels ? left : p.chunk_channels) * p.s);
+  }
+}
+
+// Chunk `chunk` of the tensor in channel-major memory.
 template <int XT>
 __device__ __forceinline__ void load_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
+  i64 start;
+  int n;
+  chunk_extent(p, chunk, start, n);
+  load_run<XT>(p, start, n, lane, c);
+}
+
+// Chunk `chunk` of the tensor in channels-last memory, element by element: element i of the chunk is its
+// channel i / pixels, pixel i % pixels (gnsilu_math.cuh: chunk_place), at (sample, pixel, channel).
+template <int XT>
+__device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
   const i64 group = chunk / p.chunks_per_group;
-  load_group_chunk<XT>(p, group, chunk - group * p.chunks_per_group, lane, c);
+  const ChunkPlace place = chunk_place(p.s, p.channels_per_group, chunk - group * p.chunks_per_group);
+  const i64 sample = group / p.g;
+  const i64 channel = (group - sample * p.g) * p.channels_per_group + place.first_channel;
+  const i64 base = (sample * p.s + place.first_pixel) * p.c + channel;  // element (first pixel, first channel)
+  const int pixels = static_cast<int>(place.pixels);
+  const int n = static_cast<int>(place.channels) * pixels;
+  c.n = n;
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    const int first = (lane + kLanes * s) * kVec;
+    int k = first / pixels;  // channel and pixel of element `first`, then stepped along
+    int pixel = first - k * pixels;
+    c.raw[s] = raw_from_bits<XT>([&](int e) {
+      u32 b = 0;
+      if (first + e < n) b = element_bits<XT>(p.x, base + static_cast<i64>(pixel) * p.c + k);
+      if (++pixel == pixels) {
+        pixel = 0;
+        ++k;
+      }
+      return b;
+    });
+  }
 }
 
 template <int XT>
@@ -310,8 +432,8 @@ __device__ __forceinline__ ChunkRecord reduce_chunk(const ChunkData<XT>& c, int 
   r.c = pivot.c;
   r.q = sums.second;
   r.e = pivot.e;
-  r.unused[0] = 0;
-  r.unused[1] = 0;
+  r.n = n;
+  r.unused = 0;
   return r;
 }
 
@@ -339,10 +461,10 @@ __device__ __forceinline__ GroupStats group_stats_warp(const ChunkRecord* record
   int max_e = -1000;
   for (i64 j = lane; j < count; j += kLanes) max_e = records[j].e > max_e ? records[j].e : max_e;
   max_e = warp_max(max_e);
-  const double sum = partials_warp(count, lane, [&](i64 j) { return record_sum(records[j], chunk_length(length, j)); });
+  const double sum = partials_warp(count, lane, [&](i64 j) { return record_sum(records[j]); });
   const double mean = div64(sum, static_cast<double>(length));
   const double squares = partials_warp(
-      count, lane, [&](i64 j) { return record_squares(records[j], chunk_length(length, j), mean); });
+      count, lane, [&](i64 j) { return record_squares(records[j], mean); });
   return group_stats(sum, squares, length, max_e, eps);
 }
 
@@ -402,10 +524,11 @@ __device__ constexpr int vectors_per_step() {
 // y over elements [begin, end) of one row (one set of constants), EPL elements per thread per step. The next
 // step's vectors are loaded (raw) before this step's are transformed, so loads stay in flight during the
 // arithmetic.
-template <int XT, int YT, int THREADS, int EPL>
+template <int XT, int YT, int ACT, int THREADS, int EPL>
 __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, const RowConstants& rc, int tid) {
   constexpr int kVecs = vectors_per_step<XT, EPL>();
   constexpr i64 kStep = static_cast<i64>(THREADS) * kVec * kVecs;
+  const auto same = [&](int) -> const RowConstants& { return rc; };
   if (p.vectorized) {
     i64 i = begin + static_cast<i64>(tid) * kVec;
     RawVector<XT> raw[kVecs];
@@ -429,14 +552,101 @@ __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, c
           unpack<XT>(raw[q], v);
           // For bf16 outputs, x again from its raw form in registers: the rare path runs often enough in some
           // lane of a warp that reading x from memory instead measured 12% slower (PERFORMANCE.md, v6).
-          transform_vector<YT, YT == kBF16>(v, rc, [&](int e) { return element_of<XT>(raw[q], e); });
+          transform_values<YT, ACT, YT == kBF16>(v, same, [&](int e) { return element_of<XT>(raw[q], e); });
           store_vector<YT>(p.y, at, v);
         }
         raw[q] = next[q];
       }
     }
   } else {
-    for (i64 i = begin + tid; i < end; i += THREADS) store_element<YT>(p.y, i, transform(load_element<XT>(p.x, i), rc));
+    for (i64 i = begin + tid; i < end; i += THREADS) {
+      store_element<YT>(p.y, i, transform<ACT>(load_element<XT>(p.x, i), rc));
+    }
+  }
+}
+
+// q = a / b and r = a % b for a >= 0, b >= 1, in 32-bit arithmetic when both fit (the common case).
+__device__ __forceinline__ void divide(i64 a, i64 b, i64& q, i64& r) {
+  if (((a | b) >> 32) == 0) {
+    const unsigned ua = static_cast<unsigned>(a), ub = static_cast<unsigned>(b);
+    q = ua / ub;
+    r = ua - static_cast<unsigned>(q) * ub;
+  } else {
+    q = a / b;
+    r = a - q * b;
+  }
+}
+
+// Channels-last apply: item (sample, block of pixels, slice of cl_tx columns); thread (tx, ty) takes column
+// slice * cl_tx + tx (8 channels when vectorized, else one) and pixels ty, ty + cl_ty, ... of the block, with
+// the column's constants in registers. Vectors are 8 consecutive channels of one pixel (16 or 32 bytes); the
+// next step's are loaded before this step's are transformed, as in apply_row.
+template <int XT, int YT, int ACT, int EPL>
+__device__ __forceinline__ void apply_channels_last(const Params& p) {
+  const int tx = threadIdx.x % p.cl_tx;
+  const int ty = threadIdx.x / p.cl_tx;
+  if (ty >= p.cl_ty) return;  // no barriers below: idle threads may leave
+  const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
+  const i64 lanes = p.cl_ty;
+  for (i64 item = blockIdx.x; item < p.cl_apply_items; item += gridDim.x) {
+    i64 rest, slice, block, sample;
+    divide(item, p.cl_column_slices, rest, slice);
+    divide(rest, p.cl_blocks_per_sample, sample, block);
+    const i64 column = slice * p.cl_tx + tx;
+    if (column >= p.cl_columns) continue;
+    const i64 begin = block * p.cl_block_pixels + ty;
+    const i64 end = (block + 1) * p.cl_block_pixels < p.s ? (block + 1) * p.cl_block_pixels : p.s;
+    if (p.vectorized) {
+      constexpr int kVecs = vectors_per_step<XT, EPL>();
+      RowConstants rc[kVec];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) rc[e] = rows[sample * p.c + column * kVec + e];
+      const auto per_channel = [&](int e) -> const RowConstants& { return rc[e]; };
+      const i64 base = sample * p.s * p.c + column * kVec;  // element (sample, pixel 0, first channel)
+      const i64 step = lanes * kVecs;
+      RawVector<XT> raw[kVecs];
+#pragma unroll
+      for (int q = 0; q < kVecs; ++q) {
+        const i64 at = begin + q * lanes;
+        if (at < end) raw[q] = load_raw<XT>(p.x, base + at * p.c);
+      }
+      for (i64 pixel = begin; pixel < end; pixel += step) {
+        RawVector<XT> next[kVecs];
+#pragma unroll
+        for (int q = 0; q < kVecs; ++q) {
+          const i64 at = pixel + step + q * lanes;
+          if (at < end) next[q] = load_raw<XT>(p.x, base + at * p.c);
+        }
+#pragma unroll
+        for (int q = 0; q < kVecs; ++q) {
+          const i64 at = pixel + q * lanes;
+          if (at < end) {
+            float v[kVec];
+            unpack<XT>(raw[q], v);
+            transform_values<YT, ACT, YT == kBF16>(v, per_channel, [&](int e) { return element_of<XT>(raw[q], e); });
+            store_vector<YT>(p.y, base + at * p.c, v);
+          }
+          raw[q] = next[q];
+        }
+      }
+    } else {
+      // One channel per column, 8 pixels loaded before they are transformed.
+      const RowConstants rc = rows[sample * p.c + column];
+      const i64 base = sample * p.s * p.c + column;
+      for (i64 pixel = begin; pixel < end; pixel += lanes * kVec) {
+        float v[kVec];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const i64 at = pixel + e * lanes;
+          v[e] = at < end ? load_element<XT>(p.x, base + at * p.c) : 0.0f;
+        }
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const i64 at = pixel + e * lanes;
+          if (at < end) store_element<YT>(p.y, base + at * p.c, transform<ACT>(v[e], rc));
+        }
+      }
+    }
   }
 }
 
@@ -456,29 +666,37 @@ __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
+// The record of a loaded chunk, stored by lane 0. FULL: every chunk is full; otherwise a full chunk still takes
+// the unmasked reduction (a branch uniform over the warp), and only the end of a row or group is masked.
 template <int XT, bool FULL>
 __device__ __forceinline__ void finish_chunk(const ChunkData<XT>& c, i64 chunk, int lane, ChunkRecord* records) {
-  const ChunkRecord r = reduce_chunk<XT, FULL>(c, lane);
+  const ChunkRecord r = FULL || c.n == kChunk ? reduce_chunk<XT, true>(c, lane) : reduce_chunk<XT, false>(c, lane);
   if (lane == 0) records[chunk] = r;
 }
 
-// The chunks of one warp: chunk, chunk + stride, ... FULL: every chunk full and aligned (load_full_chunk).
-template <int XT, int WARPS, int STAGES, bool FULL>
+// How a warp of chunk_stats loads its chunks: channel-major with every chunk full and aligned (load_full_chunk),
+// channel-major in general (load_chunk), or channels-last element by element (load_gathered_chunk).
+enum : int { kLoadFull = 0, kLoadRun = 1, kLoadGathered = 2 };
+
+// The chunks of one warp: chunk, chunk + stride, ...
+template <int XT, int WARPS, int STAGES, int LOAD>
 __device__ __forceinline__ void chunk_stats_warp(const Params& p) {
+  constexpr bool kFull = LOAD == kLoadFull;
   const int lane = threadIdx.x & 31;
   const i64 stride = static_cast<i64>(gridDim.x) * WARPS;
   const i64 total = p.chunks_total;
   ChunkRecord* records = static_cast<ChunkRecord*>(p.records);
   const auto load = [&](i64 chunk, ChunkData<XT>& c) {
-    if constexpr (FULL) load_full_chunk<XT>(p, chunk, lane, c);
-    else load_chunk<XT>(p, chunk, lane, c);
+    if constexpr (LOAD == kLoadFull) load_full_chunk<XT>(p, chunk, lane, c);
+    else if constexpr (LOAD == kLoadRun) load_chunk<XT>(p, chunk, lane, c);
+    else load_gathered_chunk<XT>(p, chunk, lane, c);
   };
   i64 chunk = static_cast<i64>(blockIdx.x) * WARPS + threadIdx.x / 32;
   if constexpr (STAGES == 1) {
     for (; chunk < total; chunk += stride) {
       ChunkData<XT> c;
       load(chunk, c);
-      finish_chunk<XT, FULL>(c, chunk, lane, records);
+      finish_chunk<XT, kFull>(c, chunk, lane, records);
     }
   } else {
     // Double buffering: the next chunk's loads are in flight while this one is reduced.
@@ -488,24 +706,145 @@ __device__ __forceinline__ void chunk_stats_warp(const Params& p) {
     for (;;) {
       const i64 second = chunk + stride;
       if (second < total) load(second, b);
-      finish_chunk<XT, FULL>(a, chunk, lane, records);
+      finish_chunk<XT, kFull>(a, chunk, lane, records);
       if (second >= total) break;
       const i64 third = second + stride;
       if (third < total) load(third, a);
-      finish_chunk<XT, FULL>(b, second, lane, records);
+      finish_chunk<XT, kFull>(b, second, lane, records);
       if (third >= total) break;
       chunk = third;
     }
   }
 }
 
-template <int XT, int WARPS, int STAGES>
+// ---- channels-last statistics tiles ------------------------------------------------------------------------
+// Item (sample, window k, slice): pixels [1024 k, 1024 k + pixels) of the slice's K channels, which are K whole
+// chunks (one channel per chunk: S > 512). The tile sits in shared memory channel-major: row c holds channel c's
+// window as NCHW would, 16-bit values two to a word (FP32 one), so that a warp reads its chunk's vector u (pixels
+// 8u ... 8u + 7) as one 16-byte load (FP32: two) and reduces it with reduce_chunk, the NCHW kernel's code.
+// O = cl_slice_vectors 16-byte vectors per pixel of the slice (K = O * 8 channels in 16-bit, O * 4 in FP32).
+// Writes transpose: a thread loads vector o of a pixel pair (16-bit: the same 8 channels of pixels 2a and 2a + 1,
+// joined into words by PRMT) or of one pixel (FP32), and stores one word per channel. The word index is XOR-ed
+// with (32 / O) * o, which keeps groups of 4 words (16 bytes) together and puts the O vectors of a warp's stores
+// in distinct banks; readers apply the same XOR.
+template <int XT>
+struct Tile {
+  static constexpr int kBytes = XT == kFP32 ? 4 : 2;
+  static constexpr int kRowWords = kChunk * kBytes / 4;  // one channel's window: 512 or 1024 words
+  static constexpr int kChannelsPerVector = 16 / kBytes;  // 8 or 4
+};
+
+__device__ __forceinline__ int log2_small(int v) { return v >= 4 ? 2 : v >= 2 ? 1 : 0; }
+
+template <int XT, int THREADS>
+__device__ __forceinline__ void store_tile(const Params& p, i64 sample, i64 window, i64 slice, int pixels, u32* tile) {
+  using T = Tile<XT>;
+  constexpr int kBatch = 4;  // vectors (pairs of them in 16-bit) in flight per thread
+  const int shift = log2_small(p.cl_slice_vectors);
+  const int vectors = p.cl_slice_vectors;
+  const u32 swizzle = 32u >> shift;
+  const i64 slice_channels = static_cast<i64>(vectors) * T::kChannelsPerVector;
+  const char* base = static_cast<const char*>(p.x) +
+                     ((sample * p.s + window * kChunk) * p.c + slice * slice_channels) * T::kBytes;
+  const i64 pixel_bytes = p.c * T::kBytes;
+  constexpr int kPixelsPerUnit = XT == kFP32 ? 1 : 2;
+  const int units = (kChunk / kPixelsPerUnit) << shift;
+  const Raw16 zero{0u, 0u, 0u, 0u};
+  for (int first = threadIdx.x; first < units; first += THREADS * kBatch) {
+    Raw16 a[kBatch], b[kBatch];
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int u = first + q * THREADS;
+      const int pixel = (u >> shift) * kPixelsPerUnit;
+      const char* at = base + pixel * pixel_bytes + (u & (vectors - 1)) * 16;
+      a[q] = u < units && pixel < pixels ? load16(at) : zero;
+      if constexpr (XT != kFP32) b[q] = u < units && pixel + 1 < pixels ? load16(at + pixel_bytes) : zero;
+    }
+#pragma unroll
+    for (int q = 0; q < kBatch; ++q) {
+      const int u = first + q * THREADS;
+      if (u < units) {
+        const u32 o = static_cast<u32>(u & (vectors - 1));
+        const u32 word = static_cast<u32>(u >> shift) ^ (o * swizzle);
+        u32* row = tile + o * T::kChannelsPerVector * T::kRowWords + word;
+        const u32 wa[4] = {a[q].a, a[q].b, a[q].c, a[q].d};
+        if constexpr (XT == kFP32) {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) row[k * T::kRowWords] = wa[k];
+        } else {
+          const u32 wb[4] = {b[q].a, b[q].b, b[q].c, b[q].d};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            row[(2 * k) * T::kRowWords] = permute(wa[k], wb[k], 0x5410u);
+            row[(2 * k + 1) * T::kRowWords] = permute(wa[k], wb[k], 0x7632u);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Channel c's chunk of the tile, in reduce_chunk's raw layout.
+template <int XT>
+__device__ __forceinline__ void tile_chunk(const u32* tile, int c, int shift, int pixels, int lane, ChunkData<XT>& d) {
+  using T = Tile<XT>;
+  const u32 swizzle = (32u >> shift) * static_cast<u32>(c / T::kChannelsPerVector);
+  const u32* row = tile + c * T::kRowWords;
+  d.n = pixels;
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    const u32 u = static_cast<u32>(lane + kLanes * s);
+    if constexpr (XT == kFP32) {
+      d.raw[s].q[0] = *reinterpret_cast<const Raw16*>(row + ((8u * u) ^ swizzle));
+      d.raw[s].q[1] = *reinterpret_cast<const Raw16*>(row + ((8u * u + 4u) ^ swizzle));
+    } else {
+      d.raw[s].q[0] = *reinterpret_cast<const Raw16*>(row + ((4u * u) ^ swizzle));
+    }
+  }
+}
+
+template <int XT, int WARPS>
+__device__ __forceinline__ void chunk_stats_tiles(const Params& p) {
+  using T = Tile<XT>;
+  extern __shared__ Raw16 dynamic_shared[];
+  u32* tile = reinterpret_cast<u32*>(dynamic_shared);
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x / 32;
+  const int shift = log2_small(p.cl_slice_vectors);
+  const int slice_channels = p.cl_slice_vectors * T::kChannelsPerVector;
+  ChunkRecord* records = static_cast<ChunkRecord*>(p.records);
+  for (i64 item = blockIdx.x; item < p.cl_stats_items; item += gridDim.x) {
+    i64 rest, slice, window, sample;
+    divide(item, p.cl_slices, rest, slice);
+    divide(rest, p.chunks_per_row, sample, window);
+    const i64 left = p.s - window * kChunk;
+    const int pixels = static_cast<int>(left < kChunk ? left : kChunk);
+    store_tile<XT, WARPS * 32>(p, sample, window, slice, pixels, tile);
+    __syncthreads();
+    for (int c = warp; c < slice_channels; c += WARPS) {
+      ChunkData<XT> d;
+      tile_chunk<XT>(tile, c, shift, pixels, lane, d);
+      const i64 row = sample * p.c + slice * slice_channels + c;
+      finish_chunk<XT, false>(d, row * p.chunks_per_row + window, lane, records);
+    }
+    __syncthreads();  // the tile is rewritten for the next item
+  }
+}
+
+template <int XT, int WARPS, int STAGES, int LAYOUT>
 __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(const Params p) {
   static_assert(WARPS >= 1 && WARPS <= 32, "WARPS");
   static_assert(STAGES == 1 || STAGES == 2, "STAGES");
+  static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
   allow_next_kernel();
-  if (p.vectorized && p.group_length % kChunk == 0) chunk_stats_warp<XT, WARPS, STAGES, true>(p);
-  else chunk_stats_warp<XT, WARPS, STAGES, false>(p);
+  if constexpr (LAYOUT == kChannelsLast) {
+    // Gathering needs more registers than holding two chunks leaves (and is the rare case): one chunk at a time.
+    if (p.cl_stats_items > 0) chunk_stats_tiles<XT, WARPS>(p);
+    else chunk_stats_warp<XT, WARPS, 1, kLoadGathered>(p);
+  } else {
+    if (p.vectorized && p.full_chunks) chunk_stats_warp<XT, WARPS, STAGES, kLoadFull>(p);
+    else chunk_stats_warp<XT, WARPS, STAGES, kLoadRun>(p);
+  }
 }
 
 // The tree's last levels once the 256 partials are in shared memory: warp 0 combines p with p + 128, p + 64 and
@@ -549,7 +888,7 @@ __device__ __forceinline__ GroupStats group_stats_cached(const ChunkRecord* reco
     const i64 j = t + kPartials * m;
     if (j < count) {
       max_e = r[m].e > max_e ? r[m].e : max_e;
-      acc = acc + record_sum(r[m], chunk_length(length, j));
+      acc = acc + record_sum(r[m]);
     }
   }
   max_e = warp_max(max_e);  // a maximum: the order does not matter
@@ -567,7 +906,7 @@ __device__ __forceinline__ GroupStats group_stats_cached(const ChunkRecord* reco
 #pragma unroll
   for (int m = 0; m < K; ++m) {
     const i64 j = t + kPartials * m;
-    if (j < count) acc2 = acc2 + record_squares(r[m], chunk_length(length, j), mean);
+    if (j < count) acc2 = acc2 + record_squares(r[m], mean);
   }
   sh.partials[t] = acc2;
   __syncthreads();
@@ -613,10 +952,10 @@ __global__ void __launch_bounds__(kPartials) finalize(const Params p) {
       for (i64 j = threadIdx.x; j < count; j += kPartials) max_e = records[j].e > max_e ? records[j].e : max_e;
       atomicMax(&max_shared, max_e);  // a maximum: the order does not matter
       const double sum =
-          partials_block(count, shared, [&](i64 j) { return record_sum(records[j], chunk_length(length, j)); });
+          partials_block(count, shared, [&](i64 j) { return record_sum(records[j]); });
       const double mean = div64(sum, static_cast<double>(length));
       const double squares = partials_block(
-          count, shared, [&](i64 j) { return record_squares(records[j], chunk_length(length, j), mean); });
+          count, shared, [&](i64 j) { return record_squares(records[j], mean); });
       s = group_stats(sum, squares, length, max_shared, p.eps);
     }
     const i64 sample = group / p.g;
@@ -629,24 +968,79 @@ __global__ void __launch_bounds__(kPartials) finalize(const Params p) {
   }
 }
 
-template <int XT, int YT, int WARPS, int EPL>
+template <int XT, int YT, int WARPS, int EPL, int LAYOUT, int ACT>
 __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Params p) {
   static_assert(EPL == 8 || EPL == 16 || EPL == 32, "EPL");
+  static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
   wait_for_previous_kernel();
-  const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
-  for (i64 t = blockIdx.x; t < p.tiles_total; t += gridDim.x) {
-    const i64 row = t / p.spans_per_row;
-    const i64 span = t - row * p.spans_per_row;
-    const RowConstants rc = rows[row];
-    const i64 begin = span * p.span_length;
-    const i64 end = begin + p.span_length < p.s ? begin + p.span_length : p.s;
-    apply_row<XT, YT, WARPS * 32, EPL>(p, row * p.s + begin, row * p.s + end, rc, threadIdx.x);
+  if constexpr (LAYOUT == kChannelsLast) {
+    apply_channels_last<XT, YT, ACT, EPL>(p);
+  } else {
+    const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
+    for (i64 t = blockIdx.x; t < p.tiles_total; t += gridDim.x) {
+      const i64 row = t / p.spans_per_row;
+      const i64 span = t - row * p.spans_per_row;
+      const RowConstants rc = rows[row];
+      const i64 begin = span * p.span_length;
+      const i64 end = begin + p.span_length < p.s ? begin + p.span_length : p.s;
+      apply_row<XT, YT, ACT, WARPS * 32, EPL>(p, row * p.s + begin, row * p.s + end, rc, threadIdx.x);
+    }
   }
 }
 
 // ---- fused path ------------------------------------------------------------------------------------------
-template <int XT, int YT, int WARPS, int EPL>
+// The channels-last apply of one group (sample, channels [first_channel, first_channel + cpg)): columns of W
+// channels (W = 8, 4 or 1 dividing cpg), thread (tx, ty) takes columns tx, tx + lanes_x, ... and pixels ty,
+// ty + lanes_y, ..., with the column's constants (from shared memory) in registers; up to 16 elements loaded
+// before they are transformed.
+template <int XT, int YT, int ACT, int THREADS, int EPL, int W>
+__device__ __forceinline__ void fused_apply_channels_last(const Params& p, const RowConstants* rows, i64 sample,
+                                                          i64 first_channel) {
+  // At most 16 elements in flight: the kernel also holds a chunk, and W = 8 keeps 8 sets of constants.
+  constexpr int kElements = EPL < 16 ? EPL : 16;
+  constexpr int kBatch = kElements / W < 1 ? 1 : kElements / W;
+  const int columns = static_cast<int>(p.channels_per_group) / W;
+  const int lanes_x = columns < THREADS ? columns : THREADS;
+  const int lanes_y = THREADS / lanes_x;
+  const int tx = threadIdx.x % lanes_x;
+  const int ty = threadIdx.x / lanes_x;
+  if (ty >= lanes_y) return;
+  const i64 step = static_cast<i64>(lanes_y) * kBatch;
+  for (int column = tx; column < columns; column += lanes_x) {
+    // u (2^-apply_e) is the group's: one register for it, three per channel for the rest.
+    const float u = rows[0].u;
+    float z[W], k[W], c[W];
+#pragma unroll
+    for (int e = 0; e < W; ++e) {
+      const RowConstants r = rows[column * W + e];
+      z[e] = r.z;
+      k[e] = r.k;
+      c[e] = r.c;
+    }
+    const auto per_channel = [&](int e) { return RowConstants{u, z[e], k[e], c[e]}; };
+    const i64 base = sample * p.s * p.c + first_channel + column * W;
+    for (i64 pixel = ty; pixel < p.s; pixel += step) {
+      float v[kBatch][W];
+#pragma unroll
+      for (int q = 0; q < kBatch; ++q) {
+        const i64 at = pixel + static_cast<i64>(q) * lanes_y;
+        if (at < p.s) load_values<XT, W>(p.x, base + at * p.c, v[q]);
+      }
+#pragma unroll
+      for (int q = 0; q < kBatch; ++q) {
+        const i64 at = pixel + static_cast<i64>(q) * lanes_y;
+        if (at < p.s) {
+          transform_values<YT, ACT, false>(v[q], per_channel, [](int) { return 0.0f; });  // x stays in v[q]
+          store_values<YT, W>(p.y, base + at * p.c, v[q]);
+        }
+      }
+    }
+  }
+}
+
+template <int XT, int YT, int WARPS, int EPL, int LAYOUT, int ACT>
 __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(const Params p) {
+  static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
   constexpr int kThreads = WARPS * 32;
   constexpr int kVecs = vectors_per_step<XT, EPL, true>();
   __shared__ ChunkRecord records[kFusedMaxChunks];
@@ -661,7 +1055,8 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
   for (i64 group = blockIdx.x; group < p.groups_total; group += gridDim.x) {
     for (int j = warp; j < chunks; j += WARPS) {
       ChunkData<XT> c;
-      load_group_chunk<XT>(p, group, j, lane, c);
+      if constexpr (LAYOUT == kChannelsLast) load_gathered_chunk<XT>(p, group * chunks + j, lane, c);
+      else load_chunk<XT>(p, group * chunks + j, lane, c);
       const ChunkRecord r = reduce_chunk<XT>(c, lane);
       if (lane == 0) records[j] = r;
     }
@@ -675,29 +1070,36 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
     const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
     for (int k = threadIdx.x; k < channels; k += kThreads) rows[k] = channel_constants(p, stats, first_channel + k);
     __syncthreads();
-    const i64 base = group * p.group_length;
-    if (p.vectorized) {
-      for (int i = threadIdx.x * kVec; i < length; i += kThreads * kVec * kVecs) {
-        float v[kVecs][kVec];
+    if constexpr (LAYOUT == kChannelsLast) {
+      if (p.cl_fused_width == 8) fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 8>(p, rows, sample, first_channel);
+      else if (p.cl_fused_width == 4) fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 4>(p, rows, sample, first_channel);
+      else fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 1>(p, rows, sample, first_channel);
+    } else {
+      const i64 base = group * p.group_length;
+      if (p.vectorized) {
+        for (int i = threadIdx.x * kVec; i < length; i += kThreads * kVec * kVecs) {
+          float v[kVecs][kVec];
 #pragma unroll
-        for (int q = 0; q < kVecs; ++q) {
-          const int at = i + q * kThreads * kVec;
-          if (at < length) load_vector<XT>(p.x, base + at, v[q]);
-        }
+          for (int q = 0; q < kVecs; ++q) {
+            const int at = i + q * kThreads * kVec;
+            if (at < length) load_vector<XT>(p.x, base + at, v[q]);
+          }
 #pragma unroll
-        for (int q = 0; q < kVecs; ++q) {
-          const int at = i + q * kThreads * kVec;
-          if (at < length) {
-            const RowConstants rc = rows[static_cast<unsigned>(at) / s];
-            transform_vector<YT, false>(v[q], rc, [](int) { return 0.0f; });  // x stays in v[q]
-            store_vector<YT>(p.y, base + at, v[q]);
+          for (int q = 0; q < kVecs; ++q) {
+            const int at = i + q * kThreads * kVec;
+            if (at < length) {
+              const RowConstants rc = rows[static_cast<unsigned>(at) / s];
+              const auto same = [&](int) -> const RowConstants& { return rc; };
+              transform_values<YT, ACT, false>(v[q], same, [](int) { return 0.0f; });  // x stays in v[q]
+              store_vector<YT>(p.y, base + at, v[q]);
+            }
           }
         }
-      }
-    } else {
-      for (int i = threadIdx.x; i < length; i += kThreads) {
-        const RowConstants rc = rows[static_cast<unsigned>(i) / s];
-        store_element<YT>(p.y, base + i, transform(load_element<XT>(p.x, base + i), rc));
+      } else {
+        for (int i = threadIdx.x; i < length; i += kThreads) {
+          const RowConstants rc = rows[static_cast<unsigned>(i) / s];
+          store_element<YT>(p.y, base + i, transform<ACT>(load_element<XT>(p.x, base + i), rc));
+        }
       }
     }
     __syncthreads();  // the shared records and constants are rewritten for the next group
@@ -705,7 +1107,7 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
 }
 
 // ---- self-check of the fast 16-bit SiLU -------------------------------------------------------------------
-// For the FP32 bit patterns [first, first + count): how often transform_vector takes its fast decision and
+// For the FP32 bit patterns [first, first + count): how often transform_values takes its fast decision and
 // whether the decision gives silu32's 16-bit rounding. counts: [0] decided for bf16, [1] for fp16, [2] bf16
 // decided wrongly, [3] fp16 decided wrongly, [4] largest distance of the estimate from silu32 in FP32 ulps
 // (|v| <= 64), [5] largest ratio of that distance to the margin silu16_decided allows, in thousandths (below

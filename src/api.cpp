@@ -76,6 +76,10 @@ std::size_t workspace_size(std::span<const int64_t> shape, int64_t num_groups) {
   return detail::workspace_bytes(detail::make_geometry(shape, num_groups));
 }
 
+std::size_t workspace_size(const Problem& problem) {
+  return detail::workspace_bytes(detail::make_geometry(problem.shape, problem.num_groups, problem.x_layout));
+}
+
 void group_norm_silu(const Problem& problem, gnsilu_stream stream, Workspace workspace, const LaunchOptions& options) {
   const detail::Geometry g = detail::validate_problem(problem);
   if (options.config) detail::check_config(*options.config);
@@ -142,6 +146,22 @@ const char* dtype_name(DType dtype) {
     case DType::FP16: return "fp16";
     case DType::FP32: return "fp32";
     case DType::None: return "none";
+  }
+  return "unknown";
+}
+
+const char* layout_name(Layout layout) {
+  switch (layout) {
+    case Layout::ChannelsFirst: return "nchw";
+    case Layout::ChannelsLast: return "nhwc";
+  }
+  return "unknown";
+}
+
+const char* activation_name(Activation activation) {
+  switch (activation) {
+    case Activation::SiLU: return "silu";
+    case Activation::None: return "none";
   }
   return "unknown";
 }

@@ -1,6 +1,7 @@
 // The C API: each function calls the C++ API, turns exceptions into status codes and keeps the message for
 // gnsilu_last_error() in a thread-local string. Nothing escapes as an exception.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <vector>
@@ -53,6 +54,51 @@ std::span<const int64_t> shape_span(const int64_t* shape, int ndim) {
   return {shape, static_cast<std::size_t>(ndim)};
 }
 
+[[noreturn]] void invalid(const char* name, const std::string& why) {
+  throw gnsilu::Error(gnsilu::Status::InvalidArgument, std::string("gnsilu: invalid argument '") + name + "': " + why);
+}
+
+// The caller's gnsilu_problem as the C++ Problem. The caller says how large its struct is: the fields this
+// library knows that fit in it are read, the others keep their defaults (gnsilu_problem_init's), and bytes past
+// the ones this library knows must be zero (fields of a later version it cannot honour).
+gnsilu::Problem problem_of(const gnsilu_problem* given) {
+  if (given == nullptr) invalid("problem", "is null");
+  std::size_t size = 0;
+  std::memcpy(&size, given, sizeof size);
+  constexpr std::size_t kFirstVersion = offsetof(gnsilu_problem, activation) + sizeof(int);
+  if (size < kFirstVersion) {
+    invalid("problem.struct_size", std::to_string(size) + " is smaller than the first version of gnsilu_problem (" +
+                                       std::to_string(kFirstVersion) + " bytes); set it with gnsilu_problem_init");
+  }
+  if (size > (std::size_t{1} << 16)) invalid("problem.struct_size", std::to_string(size) + " is not a struct size");
+  gnsilu_problem c;
+  gnsilu_problem_init(&c);
+  std::memcpy(&c, given, std::min(size, sizeof c));
+  const auto* bytes = reinterpret_cast<const unsigned char*>(given);
+  for (std::size_t i = sizeof c; i < size; ++i) {
+    if (bytes[i] != 0) {
+      invalid("problem.struct_size", std::to_string(size) + " bytes with fields this gnsilu (" +
+                                         std::to_string(sizeof c) + " bytes) does not know set; update gnsilu");
+    }
+  }
+  gnsilu::Problem p;
+  p.x = c.x;
+  p.x_dtype = static_cast<gnsilu::DType>(code_of(c.x_dtype));
+  p.x_layout = static_cast<gnsilu::Layout>(code_of(c.x_layout));
+  p.y = c.y;
+  p.y_dtype = static_cast<gnsilu::DType>(code_of(c.y_dtype));
+  p.y_layout = static_cast<gnsilu::Layout>(code_of(c.y_layout));
+  p.shape = shape_span(c.shape, c.ndim);
+  p.num_groups = c.num_groups;
+  p.weight = c.weight;
+  p.weight_dtype = static_cast<gnsilu::DType>(code_of(c.weight_dtype));
+  p.bias = c.bias;
+  p.bias_dtype = static_cast<gnsilu::DType>(code_of(c.bias_dtype));
+  p.eps = c.eps;
+  p.activation = static_cast<gnsilu::Activation>(code_of(c.activation));
+  return p;
+}
+
 }  // namespace
 
 extern "C" {
@@ -75,6 +121,19 @@ gnsilu_status gnsilu_group_norm_silu(const void* x, gnsilu_dtype x_dtype, void* 
     p.bias_dtype = static_cast<gnsilu::DType>(code_of(bias_dtype));
     p.eps = eps;
     gnsilu::group_norm_silu(p, stream, {workspace, workspace_bytes});
+  });
+}
+
+gnsilu_status gnsilu_group_norm(const gnsilu_problem* problem, void* workspace, size_t workspace_bytes,
+                                gnsilu_stream stream) {
+  return guarded([&] { gnsilu::group_norm(problem_of(problem), stream, {workspace, workspace_bytes}); });
+}
+
+gnsilu_status gnsilu_problem_workspace_size(const gnsilu_problem* problem, size_t* bytes) {
+  return guarded([&] {
+    const gnsilu::Problem p = problem_of(problem);
+    if (bytes == nullptr) throw gnsilu::Error(gnsilu::Status::InvalidArgument, "gnsilu: invalid argument 'bytes': is null");
+    *bytes = gnsilu::workspace_size(p);
   });
 }
 

@@ -57,6 +57,8 @@ struct FastKey {
   int8_t size_class;  // 0: fits L2, 1: larger
   int8_t small;       // below the tuning threshold
   int8_t path;
+  int8_t layout;
+  int8_t activation;
   friend bool operator==(const FastKey&, const FastKey&) = default;
 };
 
@@ -70,7 +72,8 @@ struct FastKeyHash {
     mix(static_cast<uint64_t>(k.device));
     mix(static_cast<uint64_t>(k.channels_per_group));
     mix(static_cast<uint64_t>(k.x) | static_cast<uint64_t>(k.y) << 8 | static_cast<uint64_t>(k.size_class) << 16 |
-        static_cast<uint64_t>(k.small) << 24 | static_cast<uint64_t>(k.path) << 32);
+        static_cast<uint64_t>(k.small) << 24 | static_cast<uint64_t>(k.path) << 32 |
+        static_cast<uint64_t>(k.layout) << 40 | static_cast<uint64_t>(k.activation) << 48);
     return static_cast<std::size_t>(h);
   }
 };
@@ -115,7 +118,7 @@ cache::TuningEntry tune(const CallInfo& call, const cache::TuningKey& key) {
   Problem slice = call.problem;
   slice.shape = shape;
   slice.num_groups = groups;
-  const Geometry g = make_geometry(shape, groups);
+  const Geometry g = make_geometry(shape, groups, call.geometry.layout);
 
   // The path's default first: the tuner keeps it unless a candidate is clearly faster.
   std::vector<LaunchConfig> candidates{default_config(call.path)};
@@ -234,8 +237,7 @@ LaunchConfig resolve(const CallInfo& call, TunePolicy policy, bool small, bool& 
     remember = false;
     return fallback;
   }
-  const cache::TuningKey key =
-      tuning_key(call.device, call.geometry, call.problem.x_dtype, call.problem.y_dtype, call.path);
+  const cache::TuningKey key = tuning_key(call);
   auto store = cache::process_cache();
   if (auto e = usable_entry(*store, key)) return e->winner;
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -281,16 +283,24 @@ cache::DeviceIdentity identity_of(const DeviceInfo& device) {
   return id;
 }
 
-cache::TuningKey tuning_key(const DeviceInfo& device, const Geometry& g, DType x, DType y, Path path) {
+cache::TuningKey tuning_key(const DeviceInfo& device, const Geometry& g, DType x, DType y, Path path,
+                            Activation activation) {
   cache::TuningKey k;
   k.device = identity_of(device);
   k.code_version = code_version();
   k.channels_per_group = g.channels_per_group;
   k.x_dtype = x;
   k.y_dtype = y;
+  k.layout = g.layout;
+  k.activation = activation;
   k.size_class = cache::size_class_of(static_cast<std::size_t>(g.numel) * (dtype_size(x) + dtype_size(y)),
                                       static_cast<std::size_t>(device.l2_bytes), path_name(path));
   return k;
+}
+
+cache::TuningKey tuning_key(const CallInfo& call) {
+  return tuning_key(call.device, call.geometry, call.problem.x_dtype, call.problem.y_dtype, call.path,
+                    call.problem.activation);
 }
 
 LaunchConfig config_for(const CallInfo& call, TunePolicy policy) {
@@ -304,7 +314,9 @@ LaunchConfig config_for(const CallInfo& call, TunePolicy policy) {
                     static_cast<int8_t>(call.problem.y_dtype),
                     static_cast<int8_t>(bytes <= static_cast<std::size_t>(call.device.l2_bytes) ? 0 : 1),
                     static_cast<int8_t>(small),
-                    static_cast<int8_t>(call.path)};
+                    static_cast<int8_t>(call.path),
+                    static_cast<int8_t>(call.geometry.layout),
+                    static_cast<int8_t>(call.problem.activation)};
   Table& t = table();
   {
     std::shared_lock lock(t.mutex);
@@ -352,8 +364,7 @@ void tuning_slice_of(const Geometry& geometry, DType x, DType y, std::vector<int
 }
 
 WarmResult warm_key(const CallInfo& call, bool retune) {
-  const cache::TuningKey key =
-      tuning_key(call.device, call.geometry, call.problem.x_dtype, call.problem.y_dtype, call.path);
+  const cache::TuningKey key = tuning_key(call);
   auto store = cache::process_cache();
   if (!retune) {
     if (auto e = usable_entry(*store, key)) {

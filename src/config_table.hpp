@@ -38,8 +38,11 @@ LaunchConfig config_for(const CallInfo& call, TunePolicy policy);
 TunePolicy process_tune_policy();
 void set_process_tune_policy(TunePolicy policy);
 
-// The tuning key of a call (device identity, code version, channels per group, dtypes, size class and path).
-cache::TuningKey tuning_key(const DeviceInfo& device, const Geometry& geometry, DType x, DType y, Path path);
+// The tuning key of a call (device identity, code version, channels per group, dtypes, layout, activation, size
+// class and path).
+cache::TuningKey tuning_key(const DeviceInfo& device, const Geometry& geometry, DType x, DType y, Path path,
+                            Activation activation = Activation::SiLU);
+cache::TuningKey tuning_key(const CallInfo& call);
 cache::DeviceIdentity identity_of(const DeviceInfo& device);
 
 // What warm_key did for a key.

@@ -33,6 +33,7 @@ namespace gnsilu::detail {
   X(cuModuleUnload, "cuModuleUnload")                                             \
   X(cuModuleGetFunction, "cuModuleGetFunction")                                   \
   X(cuFuncGetAttribute, "cuFuncGetAttribute")                                     \
+  X(cuFuncSetAttribute, "cuFuncSetAttribute")                                     \
   X(cuLaunchKernel, "cuLaunchKernel")                                             \
   X(cuLaunchKernelEx, "cuLaunchKernelEx")                                         \
   X(cuMemAlloc_v2, "cuMemAlloc_v2")                                               \

@@ -14,11 +14,13 @@ std::array<std::string, kKernelCount> kernel_names(const Variant& v) {
   const std::string w = std::to_string(v.config.warps);
   const std::string e = std::to_string(v.config.elems_per_load);
   const std::string s = std::to_string(v.config.stages);
+  const std::string l = std::to_string(static_cast<int>(v.layout));
+  const std::string a = std::to_string(static_cast<int>(v.activation));
   return {
-      "gnsilu::kernel::chunk_stats<" + x + "," + w + "," + s + ">",
+      "gnsilu::kernel::chunk_stats<" + x + "," + w + "," + s + "," + l + ">",
       "gnsilu::kernel::finalize",
-      "gnsilu::kernel::apply<" + x + "," + y + "," + w + "," + e + ">",
-      "gnsilu::kernel::fused<" + x + "," + y + "," + w + "," + e + ">",
+      "gnsilu::kernel::apply<" + x + "," + y + "," + w + "," + e + "," + l + "," + a + ">",
+      "gnsilu::kernel::fused<" + x + "," + y + "," + w + "," + e + "," + l + "," + a + ">",
   };
 }
 
@@ -44,7 +46,8 @@ CompiledProgram compile_variants(int arch, std::span<const Variant> variants,
 }
 
 std::string describe(const Variant& v) {
-  return std::string(dtype_name(v.x_dtype)) + "->" + dtype_name(v.y_dtype) + " e" +
+  return std::string(dtype_name(v.x_dtype)) + "->" + dtype_name(v.y_dtype) + " " + layout_name(v.layout) + " " +
+         activation_name(v.activation) + " e" +
          std::to_string(v.config.elems_per_load) + " w" + std::to_string(v.config.warps) + " s" +
          std::to_string(v.config.stages) + " p" + std::to_string(v.config.programs_per_sm);
 }
@@ -52,7 +55,7 @@ std::string describe(const Variant& v) {
 std::string code_name(const Variant& v) {
   return std::string(dtype_name(v.x_dtype)) + "-" + dtype_name(v.y_dtype) + "-e" +
          std::to_string(v.config.elems_per_load) + "-w" + std::to_string(v.config.warps) + "-s" +
-         std::to_string(v.config.stages);
+         std::to_string(v.config.stages) + "-" + layout_name(v.layout) + "-" + activation_name(v.activation);
 }
 
 const std::string& code_version() {

@@ -16,6 +16,8 @@ struct Variant {
   DType x_dtype = DType::BF16;
   DType y_dtype = DType::BF16;
   LaunchConfig config;
+  Layout layout = Layout::ChannelsFirst;  // the kernels' memory layout (x and y alike)
+  Activation activation = Activation::SiLU;
   friend bool operator==(const Variant&, const Variant&) = default;
 };
 
@@ -31,11 +33,11 @@ void check_config(const LaunchConfig& config);
 CompiledProgram compile_variants(int arch, std::span<const Variant> variants,
                                  const std::vector<std::string>& extra_options = {});
 
-// "bf16->fp16 e16 w8 s1 p4" for logs and reports.
+// "bf16->fp16 nhwc silu e16 w8 s1 p4" for logs and reports.
 std::string describe(const Variant& variant);
 
-// What a variant's compiled code is, for the compiled-kernel cache: "bf16-fp16-e16-w8-s1" (programs_per_sm is
-// a grid size and does not change the code).
+// What a variant's compiled code is, for the compiled-kernel cache: "bf16-fp16-e16-w8-s1-nhwc-silu"
+// (programs_per_sm is a grid size and does not change the code).
 std::string code_name(const Variant& variant);
 
 // A version of the compiled code: the kernel sources (SHA-256 at build time), the fixed compile options and

@@ -15,7 +15,7 @@ namespace {
 // may start while the previous kernel of the stream drains; the kernels wait (griddepcontrol.wait) for it to
 // finish before they read what it wrote. A driver that refuses the attribute gets a plain launch instead.
 void launch_kernel(const Driver& d, CUfunction f, unsigned blocks, unsigned threads, CUstream stream,
-                   const kernel::Params& params, const char* what, bool overlap = false) {
+                   const kernel::Params& params, const char* what, bool overlap = false, unsigned shared = 0) {
   if (blocks == 0) return;
   kernel::Params copy = params;
   void* args[] = {&copy};
@@ -31,6 +31,7 @@ void launch_kernel(const Driver& d, CUfunction f, unsigned blocks, unsigned thre
     config.blockDimX = threads;
     config.blockDimY = 1;
     config.blockDimZ = 1;
+    config.sharedMemBytes = shared;
     config.hStream = stream;
     config.attrs = &attribute;
     config.numAttrs = 1;
@@ -38,7 +39,7 @@ void launch_kernel(const Driver& d, CUfunction f, unsigned blocks, unsigned thre
     if (ex == CUDA_SUCCESS) return;
     logger().debug("{} with programmatic stream serialization: {}; launching without it", what, describe(ex));
   }
-  const CUresult r = d.cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, 0, stream, args, nullptr);
+  const CUresult r = d.cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, shared, stream, args, nullptr);
   if (r != CUDA_SUCCESS) throw_cuda(r, what, __FILE__, __LINE__);
 }
 
@@ -47,7 +48,9 @@ void launch_kernel(const Driver& d, CUfunction f, unsigned blocks, unsigned thre
 void launch_problem(const Problem& problem, const Geometry& g, const DeviceInfo& device, CUcontext context,
                     CUstream stream, void* workspace, const LaunchConfig& config, Path path) {
   const Driver& d = driver();
-  Plan plan = make_plan(g, config, path, device.sms);
+  const Addresses addresses{reinterpret_cast<std::uintptr_t>(problem.x), reinterpret_cast<std::uintptr_t>(problem.y),
+                            dtype_size(problem.x_dtype), dtype_size(problem.y_dtype)};
+  Plan plan = make_plan(g, config, path, device.sms, addresses);
   kernel::Params& p = plan.params;
   p.x = problem.x;
   p.y = problem.y;
@@ -56,9 +59,9 @@ void launch_problem(const Problem& problem, const Geometry& g, const DeviceInfo&
   p.weight_dtype = problem.weight != nullptr ? static_cast<int>(problem.weight_dtype) : 0;
   p.bias_dtype = problem.bias != nullptr ? static_cast<int>(problem.bias_dtype) : 0;
   p.eps = problem.eps;
-  p.vectorized = vectorizable(g, problem.x, problem.y) ? 1 : 0;
 
-  const LoadedModule& kernels = kernels_for(context, device, Variant{problem.x_dtype, problem.y_dtype, config});
+  const LoadedModule& kernels = kernels_for(
+      context, device, Variant{problem.x_dtype, problem.y_dtype, config, g.layout, problem.activation});
   if (plan.path == Path::Fused) {
     launch_kernel(d, kernels.kernel(kFused), plan.fused_blocks, plan.threads, stream, p, "cuLaunchKernel(fused)");
     return;
@@ -74,7 +77,8 @@ void launch_problem(const Problem& problem, const Geometry& g, const DeviceInfo&
   // finalize and apply overlap the tail of the kernel before them where the GPU can (sm_90 and later); the
   // first kernel waits for whatever the stream ran before, as any launch does.
   const bool overlap = device.major >= 9;
-  launch_kernel(d, kernels.kernel(kStats), plan.stats_blocks, plan.threads, stream, p, "cuLaunchKernel(chunk_stats)");
+  launch_kernel(d, kernels.kernel(kStats), plan.stats_blocks, plan.threads, stream, p, "cuLaunchKernel(chunk_stats)",
+                false, plan.stats_shared_bytes);
   launch_kernel(d, kernels.kernel(kFinalize), plan.finalize_blocks, plan.finalize_threads, stream, p,
                 "cuLaunchKernel(finalize)", overlap);
   launch_kernel(d, kernels.kernel(kApply), plan.apply_blocks, plan.threads, stream, p, "cuLaunchKernel(apply)",

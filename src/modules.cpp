@@ -24,6 +24,10 @@ LoadedModule::LoadedModule(CUcontext context, const CompiledProgram& program, st
       GNSILU_CU(d.cuModuleGetFunction(&functions_[static_cast<std::size_t>(k)], module_,
                                       program.lowered_names[first_name + static_cast<std::size_t>(k)].c_str()));
     }
+    // chunk_stats may take more than the 48 KiB of dynamic shared memory a launch gets by default (channels-last
+    // tiles of 64-byte slices).
+    GNSILU_CU(d.cuFuncSetAttribute(functions_[kStats], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                   kMaxStatsSharedBytes));
   } catch (...) {
     d.cuModuleUnload(module_);
     throw;
@@ -42,10 +46,10 @@ LoadedModule::~LoadedModule() {
 namespace {
 
 // The compiled code does not depend on programs_per_sm (a grid size): key without it.
-using CodeKey = std::tuple<int, int, int, int, int>;  // x, y, elems_per_load, warps, stages
+using CodeKey = std::tuple<int, int, int, int, int, int, int>;  // x, y, elems_per_load, warps, stages, layout, activation
 CodeKey code_key(const Variant& v) {
   return {static_cast<int>(v.x_dtype), static_cast<int>(v.y_dtype), v.config.elems_per_load, v.config.warps,
-          v.config.stages};
+          v.config.stages, static_cast<int>(v.layout), static_cast<int>(v.activation)};
 }
 
 using ProgramFuture = std::shared_future<std::shared_ptr<const CompiledProgram>>;

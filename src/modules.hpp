@@ -11,6 +11,9 @@
 
 namespace gnsilu::detail {
 
+// The most dynamic shared memory a chunk_stats launch may ask for (plan.hpp: stats_shared_bytes).
+constexpr int kMaxStatsSharedBytes = 64 * 1024;
+
 // A loaded module and its four kernels. Owns the CUmodule (unloaded in its context on destruction).
 class LoadedModule {
  public:

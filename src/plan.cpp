@@ -1,6 +1,7 @@
 #include "plan.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <string>
 
@@ -17,13 +18,43 @@ constexpr std::size_t kAlign = 256;
 // Up to this many elements the single launch wins whenever it is eligible (launch latency dominates): on the
 // H200, 1x512x32x32 bf16 ran 13.7 us fused and 14.3 us split, 1x512x64x64 31.5 us fused and 18.3 us split.
 constexpr int64_t kFusedSmallElements = int64_t{1} << 20;
+// Channels-last statistics tiles: bytes of channels per pixel a tile holds, the widest that divides a pixel's
+// bytes (1024 pixels of it in shared memory: 32 KiB for the default).
+constexpr int kTileSliceBytes[] = {32, 16};
+
+std::atomic<int> forced_slice_bytes{0};
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+bool aligned(std::uintptr_t address, std::size_t bytes) { return address % bytes == 0; }
+
+// Bytes per pixel of a statistics tile's slice, or 0 when tiles cannot take the geometry: chunks must be one
+// channel's pixels (s > 512), x 16-byte aligned, and a pixel's bytes a multiple of the slice.
+int tile_slice_bytes(const Geometry& g, const Addresses& a) {
+  const int64_t pixel_bytes = g.c * static_cast<int64_t>(a.x_size);
+  if (g.chunk_channels != 1 || !aligned(a.x, 16) || pixel_bytes % 16 != 0) return 0;
+  const int forced = forced_slice_bytes.load();
+  if (forced != 0) return pixel_bytes % forced == 0 ? forced : 0;
+  for (int bytes : kTileSliceBytes)
+    if (pixel_bytes % bytes == 0) return bytes;
+  return 0;
+}
+
+// Channels per vector in the channels-last fused kernel's apply: 8 or 4 when they divide a group's channels and
+// x and y are aligned to the vector (at most 16 bytes), else 1.
+int fused_width(const Geometry& g, const Addresses& a) {
+  for (int w : {8, 4}) {
+    const std::size_t wx = std::min<std::size_t>(16, w * a.x_size), wy = std::min<std::size_t>(16, w * a.y_size);
+    if (g.channels_per_group % w == 0 && aligned(a.x, wx) && aligned(a.y, wy)) return w;
+  }
+  return 1;
+}
 
 }  // namespace
 
-Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups) {
+void force_tile_slice_bytes(int bytes) { forced_slice_bytes.store(bytes); }
+
+Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups, Layout layout) {
   if (shape.data() == nullptr && !shape.empty()) throw_invalid("shape", "is null");
   if (shape.size() < 2) {
     throw_invalid("ndim", "the shape needs at least 2 dimensions (N, C, *spatial), got " + std::to_string(shape.size()));
@@ -58,8 +89,11 @@ Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups) {
   g.channels_per_group = g.c / g.g;
   g.group_length = g.channels_per_group * s;
   g.groups_total = g.n * g.g;
-  g.chunks_per_group = ceil_div(g.group_length, math::kChunk);
+  g.chunk_channels = math::chunk_channels(s);
+  g.chunks_per_row = math::chunks_per_channel(s);
+  g.chunks_per_group = s == 0 ? 0 : math::chunks_per_group(s, g.channels_per_group);
   g.chunks_total = g.groups_total * g.chunks_per_group;
+  g.layout = s == 1 || g.c == 1 ? Layout::ChannelsFirst : layout;
   return g;
 }
 
@@ -74,9 +108,9 @@ std::size_t split_workspace_bytes(const Geometry& g) {
   return round_up(records + rows, kAlign);
 }
 
-bool vectorizable(const Geometry& g, const void* x, const void* y) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
-  return aligned(x) && aligned(y) && g.s % math::kVec == 0;
+bool vectorizable(const Geometry& g, const Addresses& a) {
+  const int64_t row = g.layout == Layout::ChannelsLast ? g.c : g.s;
+  return aligned(a.x, 16) && aligned(a.y, 16) && row % math::kVec == 0;
 }
 
 Path choose_path(const Geometry& g, Path requested, int sms) {
@@ -92,13 +126,15 @@ Path choose_path(const Geometry& g, Path requested, int sms) {
              : Path::Split;
 }
 
-Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, int sms) {
+Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, int sms, const Addresses& a) {
   check_config(config);
   if (sms < 1) sms = 1;
   Plan plan;
   plan.path = choose_path(g, requested, sms);
   plan.threads = static_cast<unsigned>(config.warps * 32);
+  const int64_t threads = plan.threads;
   const int64_t max_blocks = static_cast<int64_t>(config.programs_per_sm) * sms;
+  const bool last = g.layout == Layout::ChannelsLast;
 
   kernel::Params& p = plan.params;
   p.n = g.n;
@@ -110,30 +146,61 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, in
   p.groups_total = g.groups_total;
   p.chunks_per_group = g.chunks_per_group;
   p.chunks_total = g.chunks_total;
+  p.chunk_channels = g.chunk_channels;
+  p.chunks_per_row = g.chunks_per_row;
+  p.full_chunks = g.full_chunks() ? 1 : 0;
+  p.vectorized = vectorizable(g, a) ? 1 : 0;
 
   if (plan.path == Path::Fused) {
     plan.fused_blocks = static_cast<unsigned>(std::min(g.groups_total, max_blocks));
+    if (last) p.cl_fused_width = fused_width(g, a);
     plan.workspace = 0;
     return plan;
   }
-  // chunk_stats: one warp per `stages` chunks.
-  const int64_t warps_needed = ceil_div(g.chunks_total, config.stages);
-  plan.stats_blocks = static_cast<unsigned>(std::clamp<int64_t>(ceil_div(warps_needed, config.warps), 1, max_blocks));
+  // chunk_stats: channels-last tiles of (sample, window, slice), or one warp per `stages` chunks.
+  const int slice_bytes = last ? tile_slice_bytes(g, a) : 0;
+  if (slice_bytes != 0) {
+    p.cl_slice_vectors = slice_bytes / 16;
+    p.cl_slices = g.c * static_cast<int64_t>(a.x_size) / slice_bytes;
+    p.cl_stats_items = g.n * g.chunks_per_row * p.cl_slices;
+    plan.stats_blocks = static_cast<unsigned>(std::clamp<int64_t>(p.cl_stats_items, 1, max_blocks));
+    plan.stats_shared_bytes = static_cast<unsigned>(math::kChunk * slice_bytes);
+  } else {
+    const int64_t warps_needed = ceil_div(g.chunks_total, config.stages);
+    plan.stats_blocks = static_cast<unsigned>(std::clamp<int64_t>(ceil_div(warps_needed, config.warps), 1, max_blocks));
+  }
   // finalize: one block of 256 threads per group.
   plan.finalize_blocks = static_cast<unsigned>(std::min<int64_t>(g.groups_total, int64_t{1} << 20));
   plan.finalize_threads = static_cast<unsigned>(math::kPartials);
-  // apply: rows of s elements cut into spans so that there are a few tiles per block of the grid.
-  const int64_t rows = g.n * g.c;
-  const int64_t step = static_cast<int64_t>(plan.threads) * config.elems_per_load;
   const int64_t wanted_tiles = max_blocks * 4;
-  int64_t spans = std::clamp<int64_t>(ceil_div(wanted_tiles, rows), 1, std::max<int64_t>(1, ceil_div(g.s, step)));
-  int64_t span = ceil_div(g.s, spans);
-  span = ceil_div(span, math::kVec) * math::kVec;  // spans start on vector boundaries
-  spans = ceil_div(g.s, span);
-  p.spans_per_row = spans;
-  p.span_length = span;
-  p.tiles_total = rows * spans;
-  plan.apply_blocks = static_cast<unsigned>(std::min<int64_t>(p.tiles_total, max_blocks));
+  if (last) {
+    // apply: (sample, block of pixels, slice of columns) items, a few per block of the grid.
+    const int64_t columns = p.vectorized ? g.c / math::kVec : g.c;
+    const int64_t tx = std::min(columns, threads);
+    p.cl_columns = columns;
+    p.cl_tx = static_cast<int>(tx);
+    p.cl_ty = static_cast<int>(threads / tx);
+    p.cl_column_slices = ceil_div(columns, tx);
+    const int64_t per_step = p.cl_ty * static_cast<int64_t>(p.vectorized ? config.elems_per_load / math::kVec : math::kVec);
+    int64_t blocks = std::clamp<int64_t>(ceil_div(wanted_tiles, g.n * p.cl_column_slices), 1,
+                                         std::max<int64_t>(1, ceil_div(g.s, per_step)));
+    p.cl_block_pixels = ceil_div(g.s, blocks);
+    p.cl_blocks_per_sample = ceil_div(g.s, p.cl_block_pixels);
+    p.cl_apply_items = g.n * p.cl_blocks_per_sample * p.cl_column_slices;
+    plan.apply_blocks = static_cast<unsigned>(std::min<int64_t>(p.cl_apply_items, max_blocks));
+  } else {
+    // apply: rows of s elements cut into spans so that there are a few tiles per block of the grid.
+    const int64_t rows = g.n * g.c;
+    const int64_t step = threads * config.elems_per_load;
+    int64_t spans = std::clamp<int64_t>(ceil_div(wanted_tiles, rows), 1, std::max<int64_t>(1, ceil_div(g.s, step)));
+    int64_t span = ceil_div(g.s, spans);
+    span = ceil_div(span, math::kVec) * math::kVec;  // spans start on vector boundaries
+    spans = ceil_div(g.s, span);
+    p.spans_per_row = spans;
+    p.span_length = span;
+    p.tiles_total = rows * spans;
+    plan.apply_blocks = static_cast<unsigned>(std::min<int64_t>(p.tiles_total, max_blocks));
+  }
   plan.rows_offset = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(math::ChunkRecord), kAlign);
   plan.workspace = split_workspace_bytes(g);
   return plan;

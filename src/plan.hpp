@@ -19,13 +19,19 @@ struct Geometry {
   int64_t channels_per_group = 0;
   int64_t group_length = 0;        // channels_per_group * s
   int64_t groups_total = 0;        // n * g
+  int64_t chunk_channels = 1;      // channels per chunk (gnsilu_math.cuh: chunk_channels)
+  int64_t chunks_per_row = 1;      // chunks per channel
   int64_t chunks_per_group = 0;
   int64_t chunks_total = 0;
   int64_t numel = 0;
+  // The layout the kernels see: the problem's, or ChannelsFirst where both layouts are the same memory (s == 1
+  // or c == 1).
+  Layout layout = Layout::ChannelsFirst;
+  bool full_chunks() const { return chunks_total * 1024 == numel; }  // every chunk holds 1024 elements
 };
 
 // Checks the shape and group count (throws Error(InvalidArgument) naming "shape", "ndim" or "num_groups").
-Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups);
+Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups, Layout layout = Layout::ChannelsFirst);
 
 // Whether the one-launch kernel can take this geometry (a group's records and constants fit on chip).
 bool fused_eligible(const Geometry& geometry);
@@ -40,6 +46,7 @@ struct Plan {
   unsigned threads = 0;           // per block (finalize: finalize_threads)
   unsigned finalize_threads = 256;
   unsigned stats_blocks = 0;
+  unsigned stats_shared_bytes = 0;  // dynamic shared memory of chunk_stats (channels-last tiles)
   unsigned finalize_blocks = 0;
   unsigned apply_blocks = 0;
   unsigned fused_blocks = 0;
@@ -51,11 +58,28 @@ struct Plan {
 // device, not on the launch configuration). Throws InvalidArgument for Fused when not eligible.
 Path choose_path(const Geometry& geometry, Path requested, int sms);
 
+// Where x and y lie, for the choice of vector widths (alignment only; 0 counts as aligned).
+struct Addresses {
+  std::uintptr_t x = 0;
+  std::uintptr_t y = 0;
+  std::size_t x_size = 2;  // element sizes
+  std::size_t y_size = 2;
+};
+
 // The launches for `geometry` under `config` on a device with `sms` multiprocessors. `requested` may force a
 // path (Fused is refused with InvalidArgument when not eligible). Pointers in params are left null.
-Plan make_plan(const Geometry& geometry, const LaunchConfig& config, Path requested, int sms);
+Plan make_plan(const Geometry& geometry, const LaunchConfig& config, Path requested, int sms,
+               const Addresses& addresses = {});
 
-// Whether 16-byte vectors can be used: both pointers 16-byte aligned and rows a multiple of 8 elements.
-bool vectorizable(const Geometry& geometry, const void* x, const void* y);
+// Whether 16-byte vectors can be used: both pointers 16-byte aligned and vectors of 8 elements that stay in one
+// row (channel-major: s % 8 == 0; channels-last: c % 8 == 0).
+bool vectorizable(const Geometry& geometry, const Addresses& addresses);
+inline bool vectorizable(const Geometry& geometry, const void* x, const void* y) {
+  return vectorizable(geometry, Addresses{reinterpret_cast<std::uintptr_t>(x), reinterpret_cast<std::uintptr_t>(y)});
+}
+
+// Bytes per pixel of a channels-last statistics tile's slice (16, 32 or 64): tests and gnsilu-bench may force
+// one; 0 restores the library's choice. Not thread-safe against concurrent calls.
+void force_tile_slice_bytes(int bytes);
 
 }  // namespace gnsilu::detail

@@ -1,5 +1,6 @@
 // The CPU reference: kernels/gnsilu_math.cuh's arithmetic in the order the kernels apply it. Where the GPU
-// has a warp, this file has arrays of 32 lanes and the same butterfly, so the bits agree.
+// has a warp, this file has arrays of 32 lanes and the same butterfly, so the bits agree. It reads each chunk's
+// elements through the layout (Indexer), so both layouts give the same records by construction.
 #include "gnsilu/reference.hpp"
 
 #include <algorithm>
@@ -24,11 +25,9 @@ T butterfly(T (&w)[kLanes]) {
   return w[0];
 }
 
+// The record of a chunk of n values (in chunk order: element i of the chunk is v[i]).
 template <int XT>
-ChunkRecord chunk_record(const void* x, i64 start, int n) {
-  float v[kChunk];
-  for (int i = 0; i < kChunk; ++i) v[i] = i < n ? load_element<XT>(x, start + i) : 0.0f;
-
+ChunkRecord chunk_record(const float (&v)[kChunk], int n) {
   float lanes[kLanes];
   float top = 0.0f;
   for (int lane = 0; lane < kLanes; ++lane) {
@@ -70,8 +69,8 @@ ChunkRecord chunk_record(const void* x, i64 start, int n) {
   r.c = pivot.c;
   r.q = butterfly(lanes_q);
   r.e = pivot.e;
-  r.unused[0] = 0;
-  r.unused[1] = 0;
+  r.n = n;
+  r.unused = 0;
   return r;
 }
 
@@ -93,57 +92,84 @@ GroupStats combine(const std::vector<ChunkRecord>& records, i64 length, double e
   int max_e = -1000;
   for (const auto& r : records) max_e = std::max(max_e, r.e);
   const auto at = [&](i64 j) -> const ChunkRecord& { return records[static_cast<std::size_t>(j)]; };
-  const double sum = partials(count, [&](i64 j) { return record_sum(at(j), chunk_length(length, j)); });
+  const double sum = partials(count, [&](i64 j) { return record_sum(at(j)); });
   const double mean = div64(sum, static_cast<double>(length));
-  const double squares = partials(count, [&](i64 j) { return record_squares(at(j), chunk_length(length, j), mean); });
+  const double squares = partials(count, [&](i64 j) { return record_squares(at(j), mean); });
   return group_stats(sum, squares, length, max_e, eps);
 }
 
-template <int XT, int YT>
+// Where element (sample, channel, pixel) of the logical tensor lies in memory.
+struct Indexer {
+  i64 c, s;
+  bool channels_last;
+  i64 operator()(i64 sample, i64 channel, i64 pixel) const {
+    return channels_last ? (sample * s + pixel) * c + channel : (sample * c + channel) * s + pixel;
+  }
+};
+
+template <int XT, int YT, int ACT>
 void run_groups(const Problem& p, const detail::Geometry& g, i64 first, i64 last) {
+  const Indexer at{g.c, g.s, g.layout == Layout::ChannelsLast};
   std::vector<ChunkRecord> records(static_cast<std::size_t>(g.chunks_per_group));
+  float values[kChunk];
   for (i64 group = first; group < last; ++group) {
-    const i64 base = group * g.group_length;
-    for (i64 j = 0; j < g.chunks_per_group; ++j) {
-      records[static_cast<std::size_t>(j)] = chunk_record<XT>(p.x, base + j * kChunk, chunk_length(g.group_length, j));
-    }
-    const GroupStats stats = combine(records, g.group_length, p.eps);
     const i64 sample = group / g.g;
     const i64 first_channel = (group - sample * g.g) * g.channels_per_group;
+    for (i64 j = 0; j < g.chunks_per_group; ++j) {
+      // The chunk's elements in chunk order (channel-major within the chunk), wherever they lie in memory.
+      const ChunkPlace place = chunk_place(g.s, g.channels_per_group, j);
+      int n = 0;
+      for (i64 k = 0; k < place.channels; ++k) {
+        for (i64 q = 0; q < place.pixels; ++q) {
+          values[n++] = load_element<XT>(p.x, at(sample, first_channel + place.first_channel + k, place.first_pixel + q));
+        }
+      }
+      for (int i = n; i < kChunk; ++i) values[i] = 0.0f;
+      records[static_cast<std::size_t>(j)] = chunk_record<XT>(values, n);
+    }
+    const GroupStats stats = combine(records, g.group_length, p.eps);
     for (i64 k = 0; k < g.channels_per_group; ++k) {
       const i64 channel = first_channel + k;
       const RowConstants rc =
           row_constants(stats, load_parameter(p.weight, static_cast<int>(p.weight_dtype), channel, 1.0),
                         load_parameter(p.bias, static_cast<int>(p.bias_dtype), channel, 0.0));
-      const i64 row = base + k * g.s;
-      for (i64 i = row; i < row + g.s; ++i) store_element<YT>(p.y, i, transform(load_element<XT>(p.x, i), rc));
+      for (i64 q = 0; q < g.s; ++q) {
+        const i64 i = at(sample, channel, q);
+        store_element<YT>(p.y, i, transform<ACT>(load_element<XT>(p.x, i), rc));
+      }
     }
   }
 }
 
-template <int XT, int YT>
+template <int XT, int YT, int ACT>
 void run(const Problem& p, const detail::Geometry& g, unsigned threads) {
   const i64 groups = g.groups_total;
   const i64 workers = std::max<i64>(1, std::min<i64>(threads, groups));
   if (workers == 1) {
-    run_groups<XT, YT>(p, g, 0, groups);
+    run_groups<XT, YT, ACT>(p, g, 0, groups);
     return;
   }
   std::vector<std::thread> pool;
   for (i64 w = 0; w < workers; ++w) {
     const i64 first = groups * w / workers;
     const i64 last = groups * (w + 1) / workers;
-    pool.emplace_back([&p, &g, first, last] { run_groups<XT, YT>(p, g, first, last); });
+    pool.emplace_back([&p, &g, first, last] { run_groups<XT, YT, ACT>(p, g, first, last); });
   }
   for (auto& t : pool) t.join();
+}
+
+template <int XT, int YT>
+void dispatch_activation(const Problem& p, const detail::Geometry& g, unsigned threads) {
+  if (p.activation == Activation::None) run<XT, YT, kNoActivation>(p, g, threads);
+  else run<XT, YT, kSiLU>(p, g, threads);
 }
 
 template <int XT>
 void dispatch_y(const Problem& p, const detail::Geometry& g, unsigned threads) {
   switch (p.y_dtype) {
-    case DType::BF16: return run<XT, kBF16>(p, g, threads);
-    case DType::FP16: return run<XT, kFP16>(p, g, threads);
-    default: return run<XT, kFP32>(p, g, threads);
+    case DType::BF16: return dispatch_activation<XT, kBF16>(p, g, threads);
+    case DType::FP16: return dispatch_activation<XT, kFP16>(p, g, threads);
+    default: return dispatch_activation<XT, kFP32>(p, g, threads);
   }
 }
 

@@ -147,7 +147,24 @@ TuneOutcome select_config(std::span<const LaunchConfig> configs, TuneBackend& ba
 
 bool tuning_slice(const Geometry& g, std::size_t x_size, std::size_t y_size, std::size_t max_bytes,
                   std::vector<int64_t>& shape, int64_t& groups) {
-  const std::size_t group_bytes = static_cast<std::size_t>(g.group_length) * (x_size + y_size);
+  const std::size_t element_bytes = x_size + y_size;
+  const std::size_t group_bytes = static_cast<std::size_t>(g.group_length) * element_bytes;
+  if (g.layout == Layout::ChannelsLast) {
+    // Whole samples, or the first pixels of the first sample with all their channels (groups interleave in a
+    // pixel, so a prefix of memory holds every group): whole windows of 1024 pixels where there are more.
+    const std::size_t sample_bytes = group_bytes * static_cast<std::size_t>(g.g);
+    groups = g.g;
+    if (sample_bytes != 0 && sample_bytes <= max_bytes) {
+      shape = {std::min<int64_t>(g.n, static_cast<int64_t>(max_bytes / sample_bytes)), g.c, g.s};
+      return true;
+    }
+    const std::size_t pixel_bytes = static_cast<std::size_t>(g.c) * element_bytes;
+    int64_t pixels = static_cast<int64_t>(max_bytes / pixel_bytes);
+    if (g.s > 1024 && pixels >= 1024) pixels -= pixels % 1024;
+    if (pixels < 1 || pixel_bytes == 0) return false;
+    shape = {1, g.c, std::min(pixels, g.s)};
+    return true;
+  }
   if (group_bytes == 0 || group_bytes > max_bytes) return false;
   const int64_t fit = static_cast<int64_t>(max_bytes / group_bytes);
   if (fit >= g.groups_total) {

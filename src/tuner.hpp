@@ -86,8 +86,9 @@ class GpuBackend final : public TuneBackend {
   unsigned char flush_byte_ = 0;
 };
 
-// The part of x the tuner times (the first groups, at most `max_bytes` of x and y together): its shape and
-// group count, sharing x's memory. Returns false when not even one group fits.
+// The part of x the tuner times (at most `max_bytes` of x and y together): its shape and group count, a prefix
+// of x's memory in x's layout: channel-major, the first groups; channels-last, whole samples or the first pixels
+// of the first one. Returns false when not even one group (channels-last: one pixel) fits.
 bool tuning_slice(const Geometry& geometry, std::size_t x_size, std::size_t y_size, std::size_t max_bytes,
                   std::vector<int64_t>& shape, int64_t& groups);
 

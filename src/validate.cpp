@@ -32,6 +32,13 @@ void check_alignment(const char* name, const void* pointer, DType d) {
   }
 }
 
+void check_layout(const char* name, Layout layout) {
+  if (layout != Layout::ChannelsFirst && layout != Layout::ChannelsLast) {
+    throw_invalid(name, "unknown layout " + std::to_string(static_cast<int>(layout)) +
+                            " (expected CHANNELS_FIRST=0 or CHANNELS_LAST=1)");
+  }
+}
+
 }  // namespace
 
 Geometry validate_problem(const Problem& p) {
@@ -48,7 +55,19 @@ Geometry validate_problem(const Problem& p) {
   if (!(p.eps > 0.0) || !std::isfinite(p.eps)) {
     throw_invalid("eps", "must be a finite number > 0, got " + std::to_string(p.eps));
   }
-  return make_geometry(p.shape, p.num_groups);
+  check_layout("x_layout", p.x_layout);
+  check_layout("y_layout", p.y_layout);
+  if (p.activation != Activation::SiLU && p.activation != Activation::None) {
+    throw_invalid("activation", "unknown activation " + std::to_string(static_cast<int>(p.activation)) +
+                                    " (expected SILU=0 or NONE=1)");
+  }
+  const Geometry g = make_geometry(p.shape, p.num_groups, p.x_layout);
+  // Where the two layouts are the same memory (g.layout is then ChannelsFirst), any pair is fine.
+  if (p.y_layout != p.x_layout && g.s != 1 && g.c != 1) {
+    throw_invalid("y_layout", std::string("is ") + layout_name(p.y_layout) + " but x_layout is " +
+                                  layout_name(p.x_layout) + "; gnsilu writes y in x's layout");
+  }
+  return g;
 }
 
 }  // namespace gnsilu::detail

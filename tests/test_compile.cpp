@@ -1,11 +1,13 @@
-// Every kernel variant (9 dtype pairs x every candidate configuration) compiles with NVRTC for every
-// architecture this NVRTC supports from sm_75 up, with no stack frame and no register spills (ptxas' report).
-// NVRTC needs no GPU, so this runs in CI.
+// Every kernel variant (9 dtype pairs x every candidate configuration x both layouts x both activations)
+// compiles with NVRTC for every architecture this NVRTC supports from sm_75 up, with no stack frame and no
+// register spills (ptxas' report). NVRTC needs no GPU, so this runs in CI. GNSILU_TEST_ARCHS=90,100 narrows the
+// architectures (for a quick look while developing; CI runs them all).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <regex>
 #include <set>
@@ -32,7 +34,10 @@ Report compile_arch(int arch) {
   std::vector<gnsilu::detail::Variant> variants;
   for (DType x : {DType::BF16, DType::FP16, DType::FP32})
     for (DType y : {DType::BF16, DType::FP16, DType::FP32})
-      for (const auto& c : gnsilu::candidate_configs()) variants.push_back({x, y, c});
+      for (const auto& c : gnsilu::candidate_configs())
+        for (auto layout : {gnsilu::Layout::ChannelsFirst, gnsilu::Layout::ChannelsLast})
+          for (auto activation : {gnsilu::Activation::SiLU, gnsilu::Activation::None})
+            variants.push_back({x, y, c, layout, activation});
   Report r;
   r.arch = arch;
   const auto started = std::chrono::steady_clock::now();
@@ -68,6 +73,13 @@ TEST_CASE("every kernel variant compiles for every supported architecture withou
     if (a >= 75) archs.push_back(a);
   for (int needed : {75, 80, 86, 89, 90}) {
     CHECK_MESSAGE(std::find(archs.begin(), archs.end(), needed) != archs.end(), "NVRTC lacks sm_" << needed);
+  }
+  if (const char* only = std::getenv("GNSILU_TEST_ARCHS"); only != nullptr && *only != '\0') {
+    std::set<int> wanted;
+    std::istringstream list(only);
+    for (std::string item; std::getline(list, item, ',');) wanted.insert(std::stoi(item));
+    std::erase_if(archs, [&](int a) { return wanted.count(a) == 0; });
+    MESSAGE("GNSILU_TEST_ARCHS=" << only << ": " << archs.size() << " architectures");
   }
   std::vector<Report> reports(archs.size());
   std::vector<std::string> errors;

@@ -47,13 +47,26 @@ typedef enum gnsilu_status {
   GNSILU_ERROR_INTERNAL = 8
 } gnsilu_status;
 
+/* How a tensor lies in memory. `shape` is always given as (N, C, *spatial), as PyTorch reports it in both. */
+typedef enum gnsilu_layout {
+  GNSILU_CHANNELS_FIRST = 0, /* channel-major (N, C, *spatial) contiguous: NCHW, NCDHW (torch.contiguous_format) */
+  GNSILU_CHANNELS_LAST = 1   /* (N, *spatial, C) contiguous: NHWC, NDHWC (torch.channels_last, channels_last_3d) */
+} gnsilu_layout;
+
+/* What follows the normalization. */
+typedef enum gnsilu_activation {
+  GNSILU_ACTIVATION_SILU = 0, /* y = silu(group_norm(x)) */
+  GNSILU_ACTIVATION_NONE = 1  /* y = group_norm(x) */
+} gnsilu_activation;
+
 typedef enum gnsilu_tune_policy {
   GNSILU_TUNE_ON_FIRST_USE = 0, /* cached entry, else time the candidates once (large activations) */
   GNSILU_TUNE_CACHED_ONLY = 1,  /* cached entry, else the default configuration */
   GNSILU_TUNE_NEVER = 2         /* always the default configuration */
 } gnsilu_tune_policy;
 
-/* Computes y = silu(group_norm(x)) on `stream`, asynchronously (no host synchronization).
+/* Computes y = silu(group_norm(x)) on `stream`, asynchronously (no host synchronization). Channels-first
+ * layouts and SiLU only: gnsilu_group_norm takes the layouts and the activation as arguments.
  *   x, x_dtype       contiguous (N, C, *spatial) tensor, any number of spatial dimensions (ndim >= 2)
  *   y, y_dtype       output of the same shape; y == x (in place) is allowed when both dtypes have the same
  *                    size; any other overlap is an error
@@ -71,8 +84,62 @@ GNSILU_API gnsilu_status gnsilu_group_norm_silu(const void* x, gnsilu_dtype x_dt
                                                 gnsilu_dtype bias_dtype, double eps, void* workspace,
                                                 size_t workspace_bytes, gnsilu_stream stream);
 
-/* Bytes of workspace a call with this shape may need (the same for every dtype and launch configuration). */
+/* Bytes of workspace a call with this shape may need (the same for every dtype, layout, activation and launch
+ * configuration). */
 GNSILU_API gnsilu_status gnsilu_workspace_size(const int64_t* shape, int ndim, int64_t num_groups, size_t* bytes);
+
+/* One call, described field by field: what gnsilu_group_norm takes. The struct may grow in later versions (room
+ * for strides, say): callers set struct_size to sizeof(gnsilu_problem) as their header declares it (use
+ * gnsilu_problem_init), the library reads that many bytes and gives fields it has not been handed their defaults;
+ * bytes it does not know must be zero. */
+typedef struct gnsilu_problem {
+  size_t struct_size;           /* sizeof(gnsilu_problem) of the caller's header */
+  const void* x;                /* input, of shape `shape` in x_layout */
+  gnsilu_dtype x_dtype;
+  gnsilu_layout x_layout;
+  void* y;                      /* output, same shape, in y_layout (which must be x_layout, see below) */
+  gnsilu_dtype y_dtype;
+  gnsilu_layout y_layout;
+  const int64_t* shape;         /* (N, C, *spatial), ndim >= 2, whatever the layout */
+  int ndim;
+  int64_t num_groups;           /* G >= 1 dividing C */
+  const void* weight;           /* C values, or NULL */
+  gnsilu_dtype weight_dtype;
+  const void* bias;             /* C values, or NULL */
+  gnsilu_dtype bias_dtype;
+  double eps;                   /* finite and > 0 */
+  gnsilu_activation activation; /* GNSILU_ACTIVATION_SILU (0) or GNSILU_ACTIVATION_NONE */
+} gnsilu_problem;
+
+/* Zeroes *problem and sets struct_size, num_groups 32, eps 1e-6, BF16 x and y and FP32 weight and bias dtypes
+ * (channels-first layouts, SiLU: the zero values). Inline, so struct_size is the caller's own sizeof. */
+static inline void gnsilu_problem_init(gnsilu_problem* problem) {
+  unsigned char* bytes = (unsigned char*)problem;
+  for (size_t i = 0; i < sizeof(gnsilu_problem); ++i) bytes[i] = 0;
+  problem->struct_size = sizeof(gnsilu_problem);
+  problem->x_dtype = GNSILU_BF16;
+  problem->y_dtype = GNSILU_BF16;
+  problem->num_groups = 32;
+  problem->weight_dtype = GNSILU_FP32;
+  problem->bias_dtype = GNSILU_FP32;
+  problem->eps = 1e-6;
+}
+
+/* Computes y = silu(group_norm(x)) (or group_norm(x) with GNSILU_ACTIVATION_NONE) on `stream`, asynchronously,
+ * with the checks and the guarantees of gnsilu_group_norm_silu, in either layout:
+ *   - the output bits do not depend on the layout: a channels-last call gives, bit for bit, the channels-first
+ *     call's output on the same logical tensor;
+ *   - y is written in x's layout: y_layout must equal x_layout, except where the two layouts are the same memory
+ *     (no spatial elements, or C = 1), where either is accepted;
+ *   - y == x (in place) is allowed when both dtypes have one size (and the layouts match).
+ * workspace, workspace_bytes: as for gnsilu_group_norm_silu. Returns GNSILU_SUCCESS or an error with
+ * gnsilu_last_error() set (INVALID_ARGUMENT names the field, e.g. 'x_layout'); on an argument error nothing is
+ * written. */
+GNSILU_API gnsilu_status gnsilu_group_norm(const gnsilu_problem* problem, void* workspace, size_t workspace_bytes,
+                                           gnsilu_stream stream);
+
+/* Bytes of workspace gnsilu_group_norm may need for this problem (only its shape and groups matter today). */
+GNSILU_API gnsilu_status gnsilu_problem_workspace_size(const gnsilu_problem* problem, size_t* bytes);
 
 /* Whether a usable driver and device are present: GNSILU_SUCCESS, or NO_DRIVER / NO_DEVICE with a message. */
 GNSILU_API gnsilu_status gnsilu_check_device(void);

@@ -71,8 +71,19 @@ class GNSILU_API CompileError : public Error {
   std::string options_;
 };
 
+// How a tensor lies in memory; the shape is always (N, C, *spatial).
+enum class Layout : int {
+  ChannelsFirst = GNSILU_CHANNELS_FIRST,  // (N, C, *spatial) contiguous: NCHW, NCDHW
+  ChannelsLast = GNSILU_CHANNELS_LAST,    // (N, *spatial, C) contiguous: NHWC, NDHWC
+};
+
+// What follows the normalization: y = silu(group_norm(x)) or y = group_norm(x).
+enum class Activation : int { SiLU = GNSILU_ACTIVATION_SILU, None = GNSILU_ACTIVATION_NONE };
+
 // One call's inputs. x and y are contiguous tensors of shape (N, C, *spatial), any number of spatial
-// dimensions. y == x is allowed (in place) when the two dtypes have the same size.
+// dimensions, each channels-first or channels-last (y in x's layout, except where the two layouts are the same
+// memory: no spatial elements, or C = 1). The layout never changes a bit of the output. y == x is allowed (in
+// place) when the two dtypes have the same size.
 struct Problem {
   const void* x = nullptr;
   DType x_dtype = DType::BF16;
@@ -85,6 +96,9 @@ struct Problem {
   const void* bias = nullptr;    // C values, or null (bias 0)
   DType bias_dtype = DType::FP32;
   double eps = 1e-6;
+  Layout x_layout = Layout::ChannelsFirst;
+  Layout y_layout = Layout::ChannelsFirst;
+  Activation activation = Activation::SiLU;
 };
 
 // Caller-provided device memory for the statistics (at least workspace_size() bytes); empty: internal.
@@ -119,12 +133,18 @@ struct LaunchOptions {
   std::optional<TunePolicy> tune;      // empty: the process's policy (set_tune_policy, GNSILU_TUNE)
 };
 
-// Computes y on `stream` (null: the legacy default stream) without synchronizing the host.
+// Computes y on `stream` (null: the legacy default stream) without synchronizing the host: silu(group_norm(x)),
+// or group_norm(x) when problem.activation is Activation::None. group_norm is the same function.
 GNSILU_API void group_norm_silu(const Problem& problem, gnsilu_stream stream = nullptr, Workspace workspace = {},
                                 const LaunchOptions& options = {});
+inline void group_norm(const Problem& problem, gnsilu_stream stream = nullptr, Workspace workspace = {},
+                       const LaunchOptions& options = {}) {
+  group_norm_silu(problem, stream, workspace, options);
+}
 
-// Workspace bytes a call of this shape may need.
+// Workspace bytes a call of this shape may need (the same for every dtype, layout and activation).
 GNSILU_API std::size_t workspace_size(std::span<const int64_t> shape, int64_t num_groups);
+GNSILU_API std::size_t workspace_size(const Problem& problem);
 
 // The launch configurations the tuner times.
 GNSILU_API std::span<const LaunchConfig> candidate_configs();
@@ -150,6 +170,8 @@ GNSILU_API void set_cache_paths(const std::string& user_path, std::span<const st
 GNSILU_API const char* version();
 GNSILU_API const char* dtype_name(DType dtype);
 GNSILU_API const char* path_name(Path path);  // "auto", "fused", "split"
+GNSILU_API const char* layout_name(Layout layout);  // "nchw" (channels-first, any rank), "nhwc" (channels-last)
+GNSILU_API const char* activation_name(Activation activation);  // "silu", "none"
 GNSILU_API std::size_t dtype_size(DType dtype);
 
 }  // namespace gnsilu
