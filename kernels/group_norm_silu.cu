@@ -328,6 +328,16 @@ __device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, 
   const int pixels = static_cast<int>(place.pixels);
   const int n = static_cast<int>(place.channels) * pixels;
   c.n = n;
+  if (place.channels == 1) {
+    // One channel's run (S > 512): element i is pixel i, C elements after element i - 1.
+#pragma unroll
+    for (int s = 0; s < kSlots; ++s) {
+      const int first = (lane + kLanes * s) * kVec;
+      const i64 at = base + static_cast<i64>(first) * p.c;
+      c.raw[s] = raw_from_bits<XT>([&](int e) { return first + e < n ? element_bits<XT>(p.x, at + e * p.c) : 0u; });
+    }
+    return;
+  }
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
     const int first = (lane + kLanes * s) * kVec;
@@ -577,10 +587,12 @@ __device__ __forceinline__ void divide(i64 a, i64 b, i64& q, i64& r) {
   }
 }
 
-// Channels-last apply: item (sample, block of pixels, slice of cl_tx columns); thread (tx, ty) takes column
-// slice * cl_tx + tx (8 channels when vectorized, else one) and pixels ty, ty + cl_ty, ... of the block, with
-// the column's constants in registers. Vectors are 8 consecutive channels of one pixel (16 or 32 bytes); the
-// next step's are loaded before this step's are transformed, as in apply_row.
+// Channels-last apply: item ((slice of cl_tx columns, sample), block of pixels), blocks fastest, so that a block's
+// successive items (item, item + gridDim, ...) mostly keep their column and sample. Thread (tx, ty) takes column
+// slice * cl_tx + tx (8 channels when vectorized, else one) and pixels ty, ty + cl_ty, ... of the block, with the
+// column's constants in registers, loaded again only when the column or the sample changes. Vectors are 8
+// consecutive channels of one pixel (16 or 32 bytes); the next step's are loaded before this step's are
+// transformed, as in apply_row; addresses advance by a constant stride.
 template <int XT, int YT, int ACT, int EPL>
 __device__ __forceinline__ void apply_channels_last(const Params& p) {
   const int tx = threadIdx.x % p.cl_tx;
@@ -588,50 +600,58 @@ __device__ __forceinline__ void apply_channels_last(const Params& p) {
   if (ty >= p.cl_ty) return;  // no barriers below: idle threads may leave
   const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
   const i64 lanes = p.cl_ty;
+  i64 loaded = -1;  // the (slice, sample) whose constants are in registers
+  RowConstants rc[kVec];
   for (i64 item = blockIdx.x; item < p.cl_apply_items; item += gridDim.x) {
-    i64 rest, slice, block, sample;
-    divide(item, p.cl_column_slices, rest, slice);
-    divide(rest, p.cl_blocks_per_sample, sample, block);
+    i64 key, block, slice, sample;
+    divide(item, p.cl_blocks_per_sample, key, block);
+    divide(key, p.n, slice, sample);
     const i64 column = slice * p.cl_tx + tx;
     if (column >= p.cl_columns) continue;
     const i64 begin = block * p.cl_block_pixels + ty;
     const i64 end = (block + 1) * p.cl_block_pixels < p.s ? (block + 1) * p.cl_block_pixels : p.s;
     if (p.vectorized) {
       constexpr int kVecs = vectors_per_step<XT, EPL>();
-      RowConstants rc[kVec];
+      if (key != loaded) {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) rc[e] = rows[sample * p.c + column * kVec + e];
+        for (int e = 0; e < kVec; ++e) rc[e] = rows[sample * p.c + column * kVec + e];
+        loaded = key;
+      }
       const auto per_channel = [&](int e) -> const RowConstants& { return rc[e]; };
-      const i64 base = sample * p.s * p.c + column * kVec;  // element (sample, pixel 0, first channel)
-      const i64 step = lanes * kVecs;
+      // Element offsets: of the thread's first vector, of the next vector of a step, of the next step.
+      const i64 first = (sample * p.s + begin) * p.c + column * kVec;
+      const i64 next = lanes * p.c;
+      const i64 step = next * kVecs;
+      const auto* xs = static_cast<const char*>(p.x) + first * (XT == kFP32 ? 4 : 2);
+      auto* ys = static_cast<char*>(p.y) + first * (YT == kFP32 ? 4 : 2);
+      constexpr i64 kXBytes = XT == kFP32 ? 4 : 2, kYBytes = YT == kFP32 ? 4 : 2;
       RawVector<XT> raw[kVecs];
 #pragma unroll
       for (int q = 0; q < kVecs; ++q) {
-        const i64 at = begin + q * lanes;
-        if (at < end) raw[q] = load_raw<XT>(p.x, base + at * p.c);
+        if (begin + q * lanes < end) raw[q] = load_raw<XT>(xs + q * next * kXBytes, 0);
       }
-      for (i64 pixel = begin; pixel < end; pixel += step) {
-        RawVector<XT> next[kVecs];
+      for (i64 pixel = begin; pixel < end; pixel += lanes * kVecs) {
+        RawVector<XT> following[kVecs];
 #pragma unroll
         for (int q = 0; q < kVecs; ++q) {
-          const i64 at = pixel + step + q * lanes;
-          if (at < end) next[q] = load_raw<XT>(p.x, base + at * p.c);
+          if (pixel + (kVecs + q) * lanes < end) following[q] = load_raw<XT>(xs + (step + q * next) * kXBytes, 0);
         }
 #pragma unroll
         for (int q = 0; q < kVecs; ++q) {
-          const i64 at = pixel + q * lanes;
-          if (at < end) {
+          if (pixel + q * lanes < end) {
             float v[kVec];
             unpack<XT>(raw[q], v);
             transform_values<YT, ACT, YT == kBF16>(v, per_channel, [&](int e) { return element_of<XT>(raw[q], e); });
-            store_vector<YT>(p.y, base + at * p.c, v);
+            store_vector<YT>(ys + q * next * kYBytes, 0, v);
           }
-          raw[q] = next[q];
+          raw[q] = following[q];
         }
+        xs += step * kXBytes;
+        ys += step * kYBytes;
       }
     } else {
       // One channel per column, 8 pixels loaded before they are transformed.
-      const RowConstants rc = rows[sample * p.c + column];
+      const RowConstants one = rows[sample * p.c + column];
       const i64 base = sample * p.s * p.c + column;
       for (i64 pixel = begin; pixel < end; pixel += lanes * kVec) {
         float v[kVec];
@@ -643,7 +663,7 @@ __device__ __forceinline__ void apply_channels_last(const Params& p) {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
           const i64 at = pixel + e * lanes;
-          if (at < end) store_element<YT>(p.y, base + at * p.c, transform<ACT>(v[e], rc));
+          if (at < end) store_element<YT>(p.y, base + at * p.c, transform<ACT>(v[e], one));
         }
       }
     }
@@ -736,48 +756,135 @@ struct Tile {
 
 __device__ __forceinline__ int log2_small(int v) { return v >= 4 ? 2 : v >= 2 ? 1 : 0; }
 
-template <int XT, int THREADS>
-__device__ __forceinline__ void store_tile(const Params& p, i64 sample, i64 window, i64 slice, int pixels, u32* tile) {
+
+
+// Where one thread's units of a tile go (store_tile).
+struct TileUnits {
+  const char* at;   // the first unit's first vector in x
+  i64 step_bytes;   // from a unit to the thread's next one
+  i64 pixel_bytes;  // from a pixel to the next (16-bit units hold two)
+  u32* row;         // the thread's vector's first row in the tile
+  u32 first_word, word_step, swizzle;
+  int first_pixel, pixel_step, count, pixels;
+};
+
+// FULL: a whole window in whole batches (the common case), with no test per unit.
+template <int XT, bool FULL>
+__device__ __forceinline__ void store_tile_units(TileUnits u) {
   using T = Tile<XT>;
-  constexpr int kBatch = 4;  // vectors (pairs of them in 16-bit) in flight per thread
-  const int shift = log2_small(p.cl_slice_vectors);
-  const int vectors = p.cl_slice_vectors;
-  const u32 swizzle = 32u >> shift;
-  const i64 slice_channels = static_cast<i64>(vectors) * T::kChannelsPerVector;
-  const char* base = static_cast<const char*>(p.x) +
-                     ((sample * p.s + window * kChunk) * p.c + slice * slice_channels) * T::kBytes;
-  const i64 pixel_bytes = p.c * T::kBytes;
-  constexpr int kPixelsPerUnit = XT == kFP32 ? 1 : 2;
-  const int units = (kChunk / kPixelsPerUnit) << shift;
+  constexpr int kBatch = 4;  // units (a vector, or in 16-bit a pair of them) in flight per thread
   const Raw16 zero{0u, 0u, 0u, 0u};
-  for (int first = threadIdx.x; first < units; first += THREADS * kBatch) {
+  for (int j0 = 0; j0 < u.count; j0 += kBatch) {
     Raw16 a[kBatch], b[kBatch];
 #pragma unroll
     for (int q = 0; q < kBatch; ++q) {
-      const int u = first + q * THREADS;
-      const int pixel = (u >> shift) * kPixelsPerUnit;
-      const char* at = base + pixel * pixel_bytes + (u & (vectors - 1)) * 16;
-      a[q] = u < units && pixel < pixels ? load16(at) : zero;
-      if constexpr (XT != kFP32) b[q] = u < units && pixel + 1 < pixels ? load16(at + pixel_bytes) : zero;
+      const int j = j0 + q;
+      const int pixel = u.first_pixel + j * u.pixel_step;
+      const char* unit = u.at + q * u.step_bytes;
+      if constexpr (FULL) {
+        a[q] = load16(unit);
+        if constexpr (XT != kFP32) b[q] = load16(unit + u.pixel_bytes);
+      } else {
+        a[q] = j < u.count && pixel < u.pixels ? load16(unit) : zero;
+        if constexpr (XT != kFP32) b[q] = j < u.count && pixel + 1 < u.pixels ? load16(unit + u.pixel_bytes) : zero;
+      }
     }
+    u.at += kBatch * u.step_bytes;
 #pragma unroll
     for (int q = 0; q < kBatch; ++q) {
-      const int u = first + q * THREADS;
-      if (u < units) {
-        const u32 o = static_cast<u32>(u & (vectors - 1));
-        const u32 word = static_cast<u32>(u >> shift) ^ (o * swizzle);
-        u32* row = tile + o * T::kChannelsPerVector * T::kRowWords + word;
+      const int j = j0 + q;
+      if (FULL || j < u.count) {
+        u32* words = u.row + ((u.first_word + static_cast<u32>(j) * u.word_step) ^ u.swizzle);
         const u32 wa[4] = {a[q].a, a[q].b, a[q].c, a[q].d};
         if constexpr (XT == kFP32) {
 #pragma unroll
-          for (int k = 0; k < 4; ++k) row[k * T::kRowWords] = wa[k];
+          for (int k = 0; k < 4; ++k) words[k * T::kRowWords] = wa[k];
         } else {
           const u32 wb[4] = {b[q].a, b[q].b, b[q].c, b[q].d};
 #pragma unroll
           for (int k = 0; k < 4; ++k) {
-            row[(2 * k) * T::kRowWords] = permute(wa[k], wb[k], 0x5410u);
-            row[(2 * k + 1) * T::kRowWords] = permute(wa[k], wb[k], 0x7632u);
+            words[(2 * k) * T::kRowWords] = permute(wa[k], wb[k], 0x5410u);
+            words[(2 * k + 1) * T::kRowWords] = permute(wa[k], wb[k], 0x7632u);
           }
+        }
+      }
+    }
+  }
+}
+
+// A thread's units of item `item`'s tile, and the item's place: (sample, window, slice).
+template <int XT, int THREADS>
+__device__ __forceinline__ TileUnits tile_units(const Params& p, i64 item, u32* tile, i64& sample, i64& window,
+                                                i64& slice) {
+  using T = Tile<XT>;
+  constexpr int kPixelsPerUnit = XT == kFP32 ? 1 : 2;
+  i64 rest;
+  divide(item, p.cl_slices, rest, slice);
+  divide(rest, p.chunks_per_row, sample, window);
+  const i64 left = p.s - window * kChunk;
+  const int shift = log2_small(p.cl_slice_vectors);
+  const int vectors = p.cl_slice_vectors;
+  const int units = (kChunk / kPixelsPerUnit) << shift;
+  // A thread's units are tid, tid + THREADS, ...: all the same vector o of a pixel (THREADS is a multiple of the
+  // vectors per pixel), at unit rows (tid >> shift) + j (THREADS >> shift). Addresses and words advance by
+  // constants, so a unit costs its loads, PRMTs and stores and a few adds.
+  const int o = static_cast<int>(threadIdx.x) & (vectors - 1);
+  TileUnits u;
+  u.count = THREADS <= units ? units / THREADS : (static_cast<int>(threadIdx.x) < units ? 1 : 0);
+  u.pixels = static_cast<int>(left < kChunk ? left : kChunk);
+  u.first_pixel = (static_cast<int>(threadIdx.x) >> shift) * kPixelsPerUnit;
+  u.pixel_step = (THREADS >> shift) * kPixelsPerUnit;
+  u.pixel_bytes = p.c * T::kBytes;
+  const i64 slice_channels = static_cast<i64>(vectors) * T::kChannelsPerVector;
+  u.at = static_cast<const char*>(p.x) +
+         ((sample * p.s + window * kChunk + u.first_pixel) * p.c + slice * slice_channels) * T::kBytes + o * 16;
+  u.step_bytes = u.pixel_step * u.pixel_bytes;
+  u.swizzle = static_cast<u32>(o) * (32u >> shift);
+  u.row = tile + o * T::kChannelsPerVector * T::kRowWords;
+  u.first_word = static_cast<u32>(u.first_pixel / kPixelsPerUnit);
+  u.word_step = static_cast<u32>(THREADS >> shift);
+  return u;
+}
+
+template <int XT>
+__device__ __forceinline__ void store_tile(const TileUnits& u) {
+  if (u.pixels == kChunk && u.count % 4 == 0) store_tile_units<XT, true>(u);
+  else store_tile_units<XT, false>(u);
+}
+
+// Up to 4 units in registers (loads in flight), then into the tile: the pipelined items of chunk_stats_tiles.
+template <int XT>
+struct HeldUnits {
+  Raw16 a[4], b[4];
+};
+template <int XT>
+__device__ __forceinline__ void load_units(const TileUnits& u, HeldUnits<XT>& h) {
+  const Raw16 zero{0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int pixel = u.first_pixel + q * u.pixel_step;
+    const char* unit = u.at + q * u.step_bytes;
+    h.a[q] = q < u.count && pixel < u.pixels ? load16(unit) : zero;
+    if constexpr (XT != kFP32) h.b[q] = q < u.count && pixel + 1 < u.pixels ? load16(unit + u.pixel_bytes) : zero;
+  }
+}
+template <int XT>
+__device__ __forceinline__ void store_units(const TileUnits& u, const HeldUnits<XT>& h) {
+  using T = Tile<XT>;
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    if (q < u.count) {
+      u32* words = u.row + ((u.first_word + static_cast<u32>(q) * u.word_step) ^ u.swizzle);
+      const u32 wa[4] = {h.a[q].a, h.a[q].b, h.a[q].c, h.a[q].d};
+      if constexpr (XT == kFP32) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) words[k * T::kRowWords] = wa[k];
+      } else {
+        const u32 wb[4] = {h.b[q].a, h.b[q].b, h.b[q].c, h.b[q].d};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          words[(2 * k) * T::kRowWords] = permute(wa[k], wb[k], 0x5410u);
+          words[(2 * k + 1) * T::kRowWords] = permute(wa[k], wb[k], 0x7632u);
         }
       }
     }
@@ -803,31 +910,66 @@ __device__ __forceinline__ void tile_chunk(const u32* tile, int c, int shift, in
   }
 }
 
+// The K chunks of a tile in shared memory, reduced by the block's warps.
 template <int XT, int WARPS>
-__device__ __forceinline__ void chunk_stats_tiles(const Params& p) {
+__device__ __forceinline__ void reduce_tile(const Params& p, const u32* tile, i64 sample, i64 window, i64 slice,
+                                            int pixels) {
   using T = Tile<XT>;
-  extern __shared__ Raw16 dynamic_shared[];
-  u32* tile = reinterpret_cast<u32*>(dynamic_shared);
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x / 32;
   const int shift = log2_small(p.cl_slice_vectors);
   const int slice_channels = p.cl_slice_vectors * T::kChannelsPerVector;
   ChunkRecord* records = static_cast<ChunkRecord*>(p.records);
-  for (i64 item = blockIdx.x; item < p.cl_stats_items; item += gridDim.x) {
-    i64 rest, slice, window, sample;
-    divide(item, p.cl_slices, rest, slice);
-    divide(rest, p.chunks_per_row, sample, window);
-    const i64 left = p.s - window * kChunk;
-    const int pixels = static_cast<int>(left < kChunk ? left : kChunk);
-    store_tile<XT, WARPS * 32>(p, sample, window, slice, pixels, tile);
-    __syncthreads();
-    for (int c = warp; c < slice_channels; c += WARPS) {
-      ChunkData<XT> d;
-      tile_chunk<XT>(tile, c, shift, pixels, lane, d);
-      const i64 row = sample * p.c + slice * slice_channels + c;
-      finish_chunk<XT, false>(d, row * p.chunks_per_row + window, lane, records);
+  for (int c = static_cast<int>(threadIdx.x) / 32; c < slice_channels; c += WARPS) {
+    ChunkData<XT> d;
+    tile_chunk<XT>(tile, c, shift, pixels, lane, d);
+    const i64 row = sample * p.c + slice * slice_channels + c;
+    finish_chunk<XT, false>(d, row * p.chunks_per_row + window, lane, records);
+  }
+}
+
+// The block's items item, item + gridDim, ... With at most 4 units a thread (the default 8-warp blocks), the next
+// item's loads are issued before this item is reduced, so that a block always has loads in flight; otherwise each
+// item is loaded, then reduced.
+template <int XT, int WARPS>
+__device__ __forceinline__ void chunk_stats_tiles(const Params& p) {
+  constexpr int kThreads = WARPS * 32;
+  extern __shared__ Raw16 dynamic_shared[];
+  u32* tile = reinterpret_cast<u32*>(dynamic_shared);
+  i64 item = blockIdx.x;
+  if (item >= p.cl_stats_items) return;
+  i64 sample, window, slice;
+  TileUnits u = tile_units<XT, kThreads>(p, item, tile, sample, window, slice);
+  if (u.count <= 4) {
+    HeldUnits<XT> held;
+    load_units<XT>(u, held);
+    for (;;) {
+      store_units<XT>(u, held);
+      __syncthreads();
+      const i64 next = item + gridDim.x;
+      i64 next_sample = 0, next_window = 0, next_slice = 0;
+      TileUnits following = u;
+      if (next < p.cl_stats_items) {
+        following = tile_units<XT, kThreads>(p, next, tile, next_sample, next_window, next_slice);
+        load_units<XT>(following, held);
+      }
+      reduce_tile<XT, WARPS>(p, tile, sample, window, slice, u.pixels);
+      __syncthreads();  // the tile is rewritten for the next item
+      if (next >= p.cl_stats_items) return;
+      item = next;
+      u = following;
+      sample = next_sample;
+      window = next_window;
+      slice = next_slice;
     }
+  }
+  for (;;) {
+    store_tile<XT>(u);
+    __syncthreads();
+    reduce_tile<XT, WARPS>(p, tile, sample, window, slice, u.pixels);
     __syncthreads();  // the tile is rewritten for the next item
+    item += gridDim.x;
+    if (item >= p.cl_stats_items) return;
+    u = tile_units<XT, kThreads>(p, item, tile, sample, window, slice);
   }
 }
 
@@ -1089,7 +1231,7 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
             const int at = i + q * kThreads * kVec;
             if (at < length) {
               const RowConstants rc = rows[static_cast<unsigned>(at) / s];
-              const auto same = [&](int) -> const RowConstants& { return rc; };
+              const auto same = [&](int) { return rc; };
               transform_values<YT, ACT, false>(v[q], same, [](int) { return 0.0f; });  // x stays in v[q]
               store_vector<YT>(p.y, base + at, v[q]);
             }

@@ -129,7 +129,7 @@ cache::TuningEntry tune(const CallInfo& call, const cache::TuningKey& key) {
   for (const auto& c : candidates) {
     compilers.emplace_back([&, c] {
       try {
-        compiled_for(call.device.arch(), Variant{slice.x_dtype, slice.y_dtype, c});
+        compiled_for(call.device.arch(), Variant{slice.x_dtype, slice.y_dtype, c, g.layout, slice.activation});
       } catch (const Error&) {
         // select_config reports the failure when it prepares this candidate
       }

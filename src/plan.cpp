@@ -174,7 +174,9 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, in
   plan.finalize_threads = static_cast<unsigned>(math::kPartials);
   const int64_t wanted_tiles = max_blocks * 4;
   if (last) {
-    // apply: (sample, block of pixels, slice of columns) items, a few per block of the grid.
+    // apply: ((slice of columns, sample), block of pixels) items, a few per block of the grid, each at least
+    // kMinSteps steps of every thread (a thread keeps its column's constants across the items of one column).
+    constexpr int64_t kMinSteps = 4;
     const int64_t columns = p.vectorized ? g.c / math::kVec : g.c;
     const int64_t tx = std::min(columns, threads);
     p.cl_columns = columns;
@@ -183,7 +185,7 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, in
     p.cl_column_slices = ceil_div(columns, tx);
     const int64_t per_step = p.cl_ty * static_cast<int64_t>(p.vectorized ? config.elems_per_load / math::kVec : math::kVec);
     int64_t blocks = std::clamp<int64_t>(ceil_div(wanted_tiles, g.n * p.cl_column_slices), 1,
-                                         std::max<int64_t>(1, ceil_div(g.s, per_step)));
+                                         std::max<int64_t>(1, ceil_div(g.s, per_step * kMinSteps)));
     p.cl_block_pixels = ceil_div(g.s, blocks);
     p.cl_blocks_per_sample = ceil_div(g.s, p.cl_block_pixels);
     p.cl_apply_items = g.n * p.cl_blocks_per_sample * p.cl_column_slices;

@@ -215,7 +215,8 @@ GpuBackend::~GpuBackend() {
 
 void GpuBackend::prepare(const LaunchConfig& config) {
   check_config(config);
-  kernels_for(context_, device_, Variant{problem_.x_dtype, problem_.y_dtype, config});
+  kernels_for(context_, device_,
+              Variant{problem_.x_dtype, problem_.y_dtype, config, geometry_.layout, problem_.activation});
 }
 
 void GpuBackend::run(const LaunchConfig& config) {

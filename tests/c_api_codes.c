@@ -10,3 +10,11 @@ gnsilu_status call_with_codes(const void* x, int x_dtype, void* y, int y_dtype, 
 }
 
 const char* status_name_of_code(int code) { return gnsilu_status_name((gnsilu_status)code); }
+
+void set_problem_codes(gnsilu_problem* problem, int x_layout, int y_layout, int activation) {
+  problem->x_layout = (gnsilu_layout)x_layout;
+  problem->y_layout = (gnsilu_layout)y_layout;
+  problem->activation = (gnsilu_activation)activation;
+}
+
+void init_problem_from_c(gnsilu_problem* problem) { gnsilu_problem_init(problem); }

@@ -12,6 +12,10 @@ gnsilu_status call_with_codes(const void* x, int x_dtype, void* y, int y_dtype, 
                               int64_t num_groups, const void* weight, int weight_dtype, const void* bias,
                               int bias_dtype, double eps);
 const char* status_name_of_code(int code);
+/* Sets the layout and activation fields of a gnsilu_problem from any ints. */
+void set_problem_codes(gnsilu_problem* problem, int x_layout, int y_layout, int activation);
+/* gnsilu_problem_init as a C caller compiles it. */
+void init_problem_from_c(gnsilu_problem* problem);
 
 #ifdef __cplusplus
 }

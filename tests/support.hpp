@@ -149,9 +149,11 @@ inline HostTensor make_parameter(DType dtype, std::size_t c, uint64_t seed, floa
   return t;
 }
 
-// silu(group_norm(x)) in long double, two passes (mean, then centred squares), compensated sums.
+// silu(group_norm(x)) (or group_norm(x) when !silu) in long double, two passes (mean, then centred squares),
+// compensated sums. x and the result are channel-major.
 inline std::vector<ld> exact_reference(const HostTensor& x, int64_t n, int64_t c, int64_t s, int64_t groups,
-                                       const HostTensor* weight, const HostTensor* bias, double eps) {
+                                       const HostTensor* weight, const HostTensor* bias, double eps,
+                                       bool silu = true) {
   std::vector<ld> out(x.size());
   const int64_t per_group = (c / groups) * s;
   for (int64_t g = 0; g < n * groups; ++g) {
@@ -182,7 +184,24 @@ inline std::vector<ld> exact_reference(const HostTensor& x, int64_t n, int64_t c
       for (int64_t i = 0; i < s; ++i) {
         const std::size_t at = base + static_cast<std::size_t>(k * s + i);
         const ld y = (x.get(at) - mean) * rstd * w + b;
-        out[at] = y / (1 + std::exp(-y));
+        out[at] = silu ? y / (1 + std::exp(-y)) : y;
+      }
+    }
+  }
+  return out;
+}
+
+// The same logical (n, c, s) tensor in the other layout: channel-major to channels-last (to_last) or back.
+inline HostTensor relayout(const HostTensor& t, int64_t n, int64_t c, int64_t s, bool to_last) {
+  HostTensor out(t.dtype, t.size());
+  const std::size_t size = gnsilu::dtype_size(t.dtype);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < c; ++k) {
+      for (int64_t q = 0; q < s; ++q) {
+        const auto first = static_cast<std::size_t>((i * c + k) * s + q);
+        const auto last = static_cast<std::size_t>((i * s + q) * c + k);
+        std::memcpy(out.bytes.data() + size * (to_last ? last : first), t.bytes.data() + size * (to_last ? first : last),
+                    size);
       }
     }
   }

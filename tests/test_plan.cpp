@@ -2,11 +2,13 @@
 // API call and its launches.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "gnsilu/gnsilu.hpp"
+#include "gnsilu_math.cuh"
 #include "plan.hpp"
 #include "validate.hpp"
 
@@ -173,4 +175,170 @@ TEST_CASE("16-byte vectors need aligned pointers and rows of a multiple of 8 ele
   CHECK_FALSE(vectorizable(aligned, buffer + 2, buffer + 32));
   CHECK_FALSE(vectorizable(aligned, buffer, buffer + 8));
   CHECK_FALSE(vectorizable(make_geometry(std::vector<int64_t>{1, 4, 12}, 2), buffer, buffer + 32));
+}
+
+TEST_CASE("chunks never straddle a channel, cover each group once, and are the runs of 1024 where S allows") {
+  using namespace gnsilu::math;
+  for (int64_t s : {1, 2, 3, 7, 63, 100, 256, 300, 511, 512, 513, 1000, 1023, 1024, 1025, 2048, 3000, 4096, 288000}) {
+    for (int64_t cpg : {1, 3, 4, 5, 16, 40}) {
+      const int64_t length = cpg * s;
+      const int64_t count = chunks_per_group(s, cpg);
+      std::vector<int> covered(static_cast<std::size_t>(length), 0);
+      bool runs_of_1024 = true;  // chunk j is group elements [1024 j, 1024 j + 1024)
+      int64_t next = 0;          // chunks in order tile the group in channel-major order
+      for (int64_t j = 0; j < count; ++j) {
+        const ChunkPlace c = chunk_place(s, cpg, j);
+        REQUIRE(c.channels >= 1);
+        REQUIRE(c.pixels >= 1);
+        CHECK(c.channels * c.pixels <= kChunk);
+        CHECK((c.channels == 1 || c.pixels == s));  // one channel's run, or whole channels
+        const int64_t start = c.first_channel * s + c.first_pixel;
+        CHECK(start == next);
+        next = start + (c.channels == 1 ? c.pixels : c.channels * s);
+        if (start != 1024 * j || (c.channels * c.pixels != kChunk && next != length)) runs_of_1024 = false;
+        for (int64_t k = 0; k < c.channels; ++k)
+          for (int64_t q = 0; q < c.pixels; ++q) ++covered[static_cast<std::size_t>((c.first_channel + k) * s + c.first_pixel + q)];
+      }
+      CHECK(next == length);
+      CHECK(std::all_of(covered.begin(), covered.end(), [](int v) { return v == 1; }));
+      // Where S is a multiple of 1024 or divides it (and whole chunks of channels fit the group), the chunks are the
+      // runs of 1024 consecutive elements of the group: the results of those shapes are those of earlier versions.
+      if (s % 1024 == 0 || (1024 % s == 0 && (s >= 1024 || cpg % (1024 / s) == 0))) {
+        CHECK_MESSAGE(runs_of_1024, "S=" << s << " C/G=" << cpg);
+      }
+    }
+  }
+  CHECK(chunk_channels(300) == 3);
+  CHECK(chunks_per_channel(300) == 1);
+  CHECK(chunk_channels(1500) == 1);
+  CHECK(chunks_per_channel(1500) == 2);
+  const Geometry g = make_geometry(std::vector<int64_t>{1, 256, 5, 180, 320}, 32);
+  CHECK(g.chunks_per_row == 282);  // 281 full chunks and one of 256 pixels per channel
+  CHECK(g.chunks_per_group == 8 * 282);
+  CHECK_FALSE(g.full_chunks());
+  CHECK(make_geometry(std::vector<int64_t>{1, 128, 64, 64}, 32).full_chunks());
+  CHECK(make_geometry(std::vector<int64_t>{1, 512, 16, 16}, 32).full_chunks());  // 4 channels of 256 per chunk
+  CHECK_FALSE(make_geometry(std::vector<int64_t>{1, 96, 16, 16}, 32).full_chunks());  // 3 channels: 768 + ...
+}
+
+TEST_CASE("layouts: the geometry's layout, and mixed layouts only where they are the same memory") {
+  using gnsilu::Layout;
+  CHECK(make_geometry(std::vector<int64_t>{1, 64, 8, 8}, 32, Layout::ChannelsLast).layout == Layout::ChannelsLast);
+  CHECK(make_geometry(std::vector<int64_t>{4, 64}, 32, Layout::ChannelsLast).layout == Layout::ChannelsFirst);
+  CHECK(make_geometry(std::vector<int64_t>{4, 64, 1, 1}, 32, Layout::ChannelsLast).layout == Layout::ChannelsFirst);
+  CHECK(make_geometry(std::vector<int64_t>{4, 1, 9, 9}, 1, Layout::ChannelsLast).layout == Layout::ChannelsFirst);
+  float x[64] = {}, y[64] = {};
+  const std::vector<int64_t> shape{1, 4, 16};
+  gnsilu::Problem p;
+  p.x = x;
+  p.x_dtype = DType::FP32;
+  p.y = y;
+  p.y_dtype = DType::FP32;
+  p.shape = shape;
+  p.num_groups = 2;
+  p.x_layout = Layout::ChannelsLast;
+  p.y_layout = Layout::ChannelsLast;
+  CHECK(validate_problem(p).layout == Layout::ChannelsLast);
+  p.y_layout = Layout::ChannelsFirst;
+  CHECK_THROWS_WITH_AS(validate_problem(p), doctest::Contains("'y_layout'"), gnsilu::Error);
+  p.x_layout = static_cast<Layout>(2);
+  CHECK_THROWS_WITH_AS(validate_problem(p), doctest::Contains("'x_layout'"), gnsilu::Error);
+  p.x_layout = Layout::ChannelsFirst;
+  p.y_layout = static_cast<Layout>(-1);
+  CHECK_THROWS_WITH_AS(validate_problem(p), doctest::Contains("'y_layout'"), gnsilu::Error);
+  p.y_layout = Layout::ChannelsFirst;
+  p.activation = static_cast<gnsilu::Activation>(3);
+  CHECK_THROWS_WITH_AS(validate_problem(p), doctest::Contains("'activation'"), gnsilu::Error);
+  p.activation = gnsilu::Activation::None;
+  CHECK_NOTHROW(validate_problem(p));
+  const std::vector<int64_t> flat{2, 4};  // no spatial dimension: the layouts are the same memory
+  p.shape = flat;
+  p.x_layout = Layout::ChannelsLast;
+  CHECK(validate_problem(p).layout == Layout::ChannelsFirst);
+}
+
+namespace {
+
+// What apply_channels_last does with a plan: every (sample, pixel, column) visited by exactly one thread.
+bool channels_last_apply_covers(const Geometry& g, const Plan& plan) {
+  const gnsilu::kernel::Params& p = plan.params;
+  if (p.cl_tx < 1 || p.cl_ty < 1 || static_cast<unsigned>(p.cl_tx * p.cl_ty) > plan.threads) return false;
+  std::vector<int> seen(static_cast<std::size_t>(g.n * g.s * p.cl_columns), 0);
+  for (int64_t item = 0; item < p.cl_apply_items; ++item) {
+    const int64_t block = item % p.cl_blocks_per_sample, key = item / p.cl_blocks_per_sample;
+    const int64_t sample = key % g.n, slice = key / g.n;
+    for (int t = 0; t < p.cl_tx * p.cl_ty; ++t) {
+      const int64_t column = slice * p.cl_tx + t % p.cl_tx;
+      if (column >= p.cl_columns) continue;
+      const int64_t end = std::min<int64_t>((block + 1) * p.cl_block_pixels, g.s);
+      for (int64_t pixel = block * p.cl_block_pixels + t / p.cl_tx; pixel < end; pixel += p.cl_ty) {
+        ++seen[static_cast<std::size_t>((sample * g.s + pixel) * p.cl_columns + column)];
+      }
+    }
+  }
+  return std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; });
+}
+
+}  // namespace
+
+TEST_CASE("channels-last plans: statistics tiles or gathered chunks, apply items covering every element once") {
+  using gnsilu::Layout;
+  const Addresses aligned{0, 0, 2, 2};
+  for (const auto& config : gnsilu::candidate_configs()) {
+    for (const auto& dims : {std::vector<int64_t>{1, 128, 64, 64}, std::vector<int64_t>{2, 320, 9, 45},
+                             std::vector<int64_t>{1, 1280, 32, 33}, std::vector<int64_t>{1, 40, 3, 20, 21},
+                             std::vector<int64_t>{3, 20, 7, 9}, std::vector<int64_t>{1, 96, 12, 12}}) {
+      const Geometry g = make_geometry(dims, dims[1] % 32 == 0 ? 32 : 4, Layout::ChannelsLast);
+      REQUIRE(g.layout == Layout::ChannelsLast);
+      const Plan plan = make_plan(g, config, Path::Split, 132, aligned);
+      const gnsilu::kernel::Params& p = plan.params;
+      CAPTURE(dims[1]);
+      CAPTURE(g.s);
+      CHECK(plan.stats_blocks >= 1);
+      CHECK(plan.stats_blocks <= static_cast<unsigned>(config.programs_per_sm * 132));
+      const bool tiles = g.s > 512 && (g.c * 2) % 16 == 0;
+      CHECK((p.cl_stats_items > 0) == tiles);
+      if (tiles) {
+        CHECK(p.cl_slices * p.cl_slice_vectors * 16 == g.c * 2);
+        CHECK(p.cl_stats_items == g.n * g.chunks_per_row * p.cl_slices);
+        CHECK(plan.stats_shared_bytes == 1024u * static_cast<unsigned>(p.cl_slice_vectors) * 16u);
+        CHECK(plan.stats_shared_bytes <= 64u * 1024u);
+      }
+      CHECK(p.vectorized == (g.c % 8 == 0 ? 1 : 0));
+      CHECK(p.cl_columns == (p.vectorized ? g.c / 8 : g.c));
+      CHECK(channels_last_apply_covers(g, plan));
+      CHECK(plan.apply_blocks >= 1);
+      CHECK(plan.workspace == gnsilu::workspace_size(dims, dims[1] % 32 == 0 ? 32 : 4));
+    }
+  }
+  // Tiles need x 16-byte aligned and pixels of whole slices; fp32 slices hold 4 channels a vector.
+  const Geometry g = make_geometry(std::vector<int64_t>{1, 64, 40, 40}, 32, Layout::ChannelsLast);
+  CHECK(make_plan(g, {}, Path::Split, 132, Addresses{8, 0, 2, 2}).params.cl_stats_items == 0);
+  const Plan fp32 = make_plan(g, {}, Path::Split, 132, Addresses{0, 0, 4, 4});
+  CHECK(fp32.params.cl_slices * fp32.params.cl_slice_vectors * 16 == 64 * 4);
+  // Forced slice widths (tests, gnsilu-bench), and back to the library's choice.
+  for (int bytes : {16, 32, 64}) {
+    force_tile_slice_bytes(bytes);
+    const Plan forced = make_plan(g, {}, Path::Split, 132, aligned);
+    CHECK(forced.params.cl_slice_vectors * 16 == bytes);
+    CHECK(forced.stats_shared_bytes == 1024u * static_cast<unsigned>(bytes));
+  }
+  force_tile_slice_bytes(0);
+  CHECK(make_plan(g, {}, Path::Split, 132, aligned).params.cl_slice_vectors == 2);
+}
+
+TEST_CASE("channels-last fused kernel: vectors of 8, 4 or 1 channels by the group width and the alignment") {
+  using gnsilu::Layout;
+  const auto width = [](int64_t c, int64_t groups, const Addresses& a) {
+    const Geometry g = make_geometry(std::vector<int64_t>{1, c, 16, 16}, groups, Layout::ChannelsLast);
+    return make_plan(g, {}, Path::Fused, 132, a).params.cl_fused_width;
+  };
+  CHECK(width(512, 32, Addresses{0, 0, 2, 2}) == 8);    // 16 channels a group
+  CHECK(width(128, 32, Addresses{0, 0, 2, 2}) == 4);    // 4 channels a group
+  CHECK(width(128, 32, Addresses{8, 0, 2, 2}) == 4);    // 8-byte vectors of 4 bf16 channels
+  CHECK(width(512, 32, Addresses{8, 0, 2, 2}) == 4);    // x only 8-byte aligned: no 16-byte vectors
+  CHECK(width(128, 32, Addresses{0, 4, 2, 4}) == 1);    // an fp32 y 4-byte aligned
+  CHECK(width(96, 32, Addresses{0, 0, 2, 2}) == 1);     // 3 channels a group
+  CHECK(width(320, 32, Addresses{0, 0, 4, 4}) == 1);    // 10 channels a group
+  CHECK(width(640, 32, Addresses{0, 0, 4, 2}) == 4);    // 20
 }

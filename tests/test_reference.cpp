@@ -26,7 +26,8 @@ struct Result {
 };
 
 Result run_case(const Case& c, DType xd, DType yd, Data data, uint64_t seed, bool affine = true,
-                DType pd = DType::FP32, double eps = 1e-6) {
+                DType pd = DType::FP32, double eps = 1e-6,
+                gnsilu::Activation activation = gnsilu::Activation::SiLU) {
   int64_t numel = 1;
   for (auto d : c.shape) numel *= d;
   const int64_t n = c.shape[0], ch = c.shape[1], s = numel / (n * ch);
@@ -47,8 +48,10 @@ Result run_case(const Case& c, DType xd, DType yd, Data data, uint64_t seed, boo
   p.bias = affine ? b.data() : nullptr;
   p.bias_dtype = pd;
   p.eps = eps;
+  p.activation = activation;
   gnsilu::reference_group_norm_silu(p);
-  const auto exact = exact_reference(x, n, ch, s, c.groups, affine ? &w : nullptr, affine ? &b : nullptr, eps);
+  const auto exact = exact_reference(x, n, ch, s, c.groups, affine ? &w : nullptr, affine ? &b : nullptr, eps,
+                                     activation == gnsilu::Activation::SiLU);
   r.accuracy = measure(r.y, exact);
   return r;
 }
@@ -175,4 +178,79 @@ TEST_CASE("the reference checks its arguments like the GPU entry point") {
   p.num_groups = 2;
   p.eps = 0;
   CHECK_THROWS_WITH_AS(gnsilu::reference_group_norm_silu(p), doctest::Contains("'eps'"), gnsilu::Error);
+}
+
+TEST_CASE("plain GroupNorm (no activation): correctly rounded, large means and tiny spreads included") {
+  const Case shape{{2, 64, 24, 24}, 32};
+  for (DType xd : {DType::BF16, DType::FP16, DType::FP32}) {
+    for (DType yd : {DType::BF16, DType::FP16}) {
+      for (Data d : {Data::Normal, Data::LargeMean, Data::TinySpread}) {
+        const Result r = run_case(shape, xd, yd, d, 4321, true, DType::FP32, 1e-6, gnsilu::Activation::None);
+        MESSAGE(label(xd, yd, d) << ", no activation: correctly rounded " << 100.0 * r.accuracy.fraction()
+                                 << "%, max error " << r.accuracy.max_ulps << " ulp");
+        CHECK(r.accuracy.nan_mismatches == 0);
+        CHECK(r.accuracy.fraction() >= 0.999);
+        CHECK(r.accuracy.max_ulps < 1.0);
+      }
+    }
+  }
+  // NaN in a group: that group NaN, the others finite.
+  const Result r = run_case({{2, 8, 16, 16}, 4}, DType::BF16, DType::BF16, Data::WithNaN, 3, true, DType::FP32, 1e-6,
+                            gnsilu::Activation::None);
+  for (std::size_t i = 0; i < r.y.size(); ++i) {
+    if (i < 2 * 16 * 16) CHECK(r.y.bits(i) == 0x7FFFu);
+    else CHECK_FALSE(std::isnan(r.y.get(i)));
+  }
+}
+
+TEST_CASE("channels-last gives, bit for bit, the channel-major output on the same logical tensor") {
+  // Shapes whose chunks are runs of 1024 pixels, runs with a shorter last one (S not a multiple of 1024),
+  // several whole channels (S <= 512), one element, 5-D, N > 1, C not a multiple of 8.
+  const Case cases[] = {
+      {{1, 64, 32, 32}, 32},    {{2, 40, 33, 35}, 8},   {{1, 96, 12, 12}, 32}, {{3, 20, 7, 9}, 5},
+      {{1, 48, 3, 17, 21}, 16}, {{2, 16, 1, 1}, 4},     {{1, 8, 1000}, 2},     {{2, 24, 513}, 3},
+      {{1, 32, 2049}, 1},       {{1, 12, 5, 180, 4}, 4},
+  };
+  std::size_t runs = 0;
+  for (const auto& c : cases) {
+    int64_t numel = 1;
+    for (auto d : c.shape) numel *= d;
+    const int64_t n = c.shape[0], ch = c.shape[1], s = numel / (n * ch);
+    for (DType xd : {DType::BF16, DType::FP16, DType::FP32}) {
+      for (DType yd : {DType::BF16, DType::FP32}) {
+        for (auto activation : {gnsilu::Activation::SiLU, gnsilu::Activation::None}) {
+          HostTensor x = make_input(xd, static_cast<std::size_t>(numel), static_cast<std::size_t>(ch / c.groups * s),
+                                    Data::LargeMean, 17 + runs);
+          HostTensor w = make_parameter(DType::BF16, static_cast<std::size_t>(ch), 5, 1.0f, 0.5f);
+          HostTensor b = make_parameter(DType::BF16, static_cast<std::size_t>(ch), 6, 0.0f, 0.5f);
+          HostTensor first(yd, x.size()), last(yd, x.size());
+          HostTensor x_last = relayout(x, n, ch, s, true);
+          gnsilu::Problem p;
+          p.x = x.data();
+          p.x_dtype = xd;
+          p.y = first.data();
+          p.y_dtype = yd;
+          p.shape = c.shape;
+          p.num_groups = c.groups;
+          p.weight = w.data();
+          p.weight_dtype = DType::BF16;
+          p.bias = b.data();
+          p.bias_dtype = DType::BF16;
+          p.activation = activation;
+          gnsilu::reference_group_norm_silu(p);
+          p.x = x_last.data();
+          p.y = last.data();
+          p.x_layout = gnsilu::Layout::ChannelsLast;
+          p.y_layout = gnsilu::Layout::ChannelsLast;
+          gnsilu::reference_group_norm_silu(p);
+          ++runs;
+          CHECK_MESSAGE(relayout(last, n, ch, s, false).bytes == first.bytes,
+                        "shape " << c.shape[0] << "x" << c.shape[1] << " S=" << s << " G=" << c.groups << " "
+                                 << std::string(gnsilu::dtype_name(xd)) << "->" << std::string(gnsilu::dtype_name(yd))
+                                 << " " << std::string(gnsilu::activation_name(activation)));
+        }
+      }
+    }
+  }
+  MESSAGE(runs << " pairs of calls compared");
 }

@@ -2,14 +2,19 @@
 """gnsilu against its peers: speed and precision of y = silu(group_norm(x, 32, w, b, 1e-6)) on one GPU.
 
     python3 tools/bench_peers.py [--quick] [--json FILE] [--runs N] [--dtypes bf16,fp16] [--batches 1,4]
-                                 [--no-compile]
+                                 [--no-compile] [--layouts nchw,nhwc] [--preset flux|layouts] [--shapes NxCxHxW,...]
 
 Needs PyTorch with a CUDA device (and Triton for torch.compile); gnsilu comes from python/ in this checkout
 (libgnsilu.so: $GNSILU_LIBRARY, else build/). Each row is one activation of x. Two kinds of shape:
   - the inputs of the Flux VAE decoder's GroupNorms at a 1024x1024 output: 512x128x128, 512x256x256,
     512x512x512, 256x1024x1024 and 128x1024x1024;
   - small activations of 1, 4 and 16 MiB in 16 bits: 128x64x64, 256x64x128 and 128x256x256.
-Each shape runs for N = 1 and 4, in bf16 and fp16. These are timed:
+Each shape runs for N = 1 and 4, in bf16 and fp16. --preset layouts takes instead the layouts benchmark's
+shapes (docs/PERFORMANCE.md: channel counts 128 to 1280 with 32 groups, N = 1 and 4, 4-D and 5-D video,
+1 MiB to 1 GiB; N included, so --batches is ignored), --shapes any list. Each row runs in every layout of
+--layouts (default both): nchw (contiguous) and nhwc (torch.channels_last, channels_last_3d for 5-D); every
+method then gets x in that memory format (gnsilu takes channels-last tensors as they are and returns y in
+x's format; PyTorch's ops and torch.compile run on the same channels-last tensors). These are timed:
   copy          y.copy_(x) into a preallocated y: the floor (read and write the same bytes once)
   gnsilu        gnsilu.group_norm_silu(x, 32, w, b, eps), tuned (its first call, untimed, tunes the shape)
   torch fp32    F.silu(F.group_norm(x.float(), 32, w, b, eps)).to(dtype): the usual mixed-precision path
@@ -41,6 +46,11 @@ MAX_ROTATION = 8
 FLUX_SHAPES = [(512, 128, 128), (512, 256, 256), (512, 512, 512), (256, 1024, 1024), (128, 1024, 1024)]
 SMALL_SHAPES = [(128, 64, 64), (256, 64, 128), (128, 256, 256)]  # 1, 4 and 16 MiB at N = 1 in 16 bits
 QUICK_SHAPES = [(512, 128, 128), (128, 1024, 1024), (256, 64, 128)]
+# The layouts benchmark (tools/gnsilu_bench.cpp: kLayoutShapes), N included.
+LAYOUT_SHAPES = [(1, 128, 64, 64), (1, 512, 64, 64), (4, 128, 64, 64), (1, 512, 128, 128), (1, 320, 128, 128),
+                 (1, 640, 64, 64), (1, 1280, 64, 64), (1, 512, 256, 256), (4, 320, 128, 128), (1, 256, 512, 512),
+                 (1, 128, 1024, 1024), (4, 512, 256, 256), (1, 1280, 128, 128), (1, 256, 1024, 1024),
+                 (4, 128, 1024, 1024), (1, 128, 9, 360, 640), (1, 256, 5, 180, 320)]
 METHODS = ["copy", "gnsilu", "torch fp32", "torch 16-bit", "compiled"]
 
 
@@ -52,6 +62,10 @@ def parse_arguments():
     parser.add_argument("--dtypes", default="bf16,fp16", help="comma-separated: bf16, fp16 (default both)")
     parser.add_argument("--batches", default="1,4", help="comma-separated N (default 1,4)")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
+    parser.add_argument("--layouts", default="nchw,nhwc", help="comma-separated: nchw, nhwc (default both)")
+    parser.add_argument("--preset", choices=["flux", "layouts"], default="flux",
+                        help="flux: the Flux VAE's and small shapes x --batches; layouts: the layouts benchmark")
+    parser.add_argument("--shapes", help="comma-separated NxCx... shapes (N included), instead of a preset")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
@@ -138,26 +152,34 @@ class Bench:
         oom = (self.torch.cuda.OutOfMemoryError, self.gnsilu.OutOfMemoryError)
         return isinstance(error, oom) or "out of memory" in str(error).lower()
 
-    def row(self, shape, dtype):
-        """Times and scores every method on one shape and dtype."""
+    def memory_format(self, shape, layout):
+        torch = self.torch
+        if layout == "nchw":
+            return torch.contiguous_format
+        return torch.channels_last_3d if len(shape) == 5 else torch.channels_last
+
+    def row(self, shape, dtype, layout="nchw"):
+        """Times and scores every method on one shape, dtype and layout."""
         torch, F, gnsilu = self.torch, self.F, self.gnsilu
         torch.cuda.empty_cache()  # the previous row's tensors are gone: give their memory back
         numel = 1
         for s in shape:
             numel *= s
         size = numel * torch.tensor([], dtype=dtype).element_size()
-        row = {"shape": "x".join(map(str, shape)), "dtype": str(dtype).replace("torch.", ""), "bytes": size,
-               "time_us": {}, "ratio_to_copy": {}, "correctly_rounded": {}, "notes": []}
+        row = {"shape": "x".join(map(str, shape)), "dtype": str(dtype).replace("torch.", ""), "layout": layout,
+               "bytes": size, "time_us": {}, "ratio_to_copy": {}, "correctly_rounded": {}, "notes": []}
+        form = self.memory_format(shape, layout)
         try:
             count = max(1, min(MAX_ROTATION, ROTATION_BYTES // size))
-            inputs = [torch.randn(shape, dtype=dtype, device="cuda", generator=self.generator) for _ in range(count)]
+            inputs = [torch.randn(shape, dtype=dtype, device="cuda", generator=self.generator)
+                      .contiguous(memory_format=form) for _ in range(count)]
             channels = shape[1]
             w = torch.clamp(torch.round(64 * (1 + 0.25 * torch.randn(channels, device="cuda",
                                                                      generator=self.generator))), -255, 255) / 64
             b = torch.clamp(torch.round(64 * 0.25 * torch.randn(channels, device="cuda", generator=self.generator)),
                             -255, 255) / 64
             w16, b16 = w.to(dtype), b.to(dtype)
-            destination = torch.empty_like(inputs[0])
+            destination = torch.empty_like(inputs[0])  # the same memory format: copy_ moves the same bytes
         except Exception as e:
             if not self.out_of_memory(e):
                 raise
@@ -180,6 +202,8 @@ class Bench:
                 if name != "copy":
                     outputs[name] = function(inputs[0])  # gnsilu: its first call tunes; compiled: compiles
                     torch.cuda.synchronize()
+                    if name == "gnsilu" and not outputs[name].is_contiguous(memory_format=form):
+                        row["notes"].append("gnsilu: y did not come back in x's memory format")
                 row["time_us"][name] = self.time_us(function, inputs)
             except Exception as e:  # a method that fails (out of memory, a compiler error) leaves the others
                 outputs.pop(name, None)
@@ -200,11 +224,11 @@ class Bench:
 
 def markdown(rows, methods):
     timed = [m for m in methods if m != "copy"]
-    header = ["shape", "dtype", "copy us"] + [f"{m} us (/copy)" for m in timed] + \
+    header = ["shape", "dtype", "layout", "copy us"] + [f"{m} us (/copy)" for m in timed] + \
              ["correctly rounded: " + " / ".join(timed)]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for row in rows:
-        cells = [row["shape"], row["dtype"]]
+        cells = [row["shape"], row["dtype"], row.get("layout", "nchw")]
         copy = row["time_us"].get("copy")
         cells.append(f"{copy:.1f}" if copy else "-")
         for m in timed:
@@ -215,9 +239,24 @@ def markdown(rows, methods):
         cells.append(" / ".join(f"{100 * rounded[m]:.4f}%" if m in rounded else "-" for m in timed))
         lines.append("| " + " | ".join(cells) + " |")
         if row["notes"]:
-            lines.append("| " + f"{row['shape']} {row['dtype']}: " + "; ".join(row["notes"]) + " |" +
-                         " |" * (len(header) - 1))
+            lines.append("| " + f"{row['shape']} {row['dtype']} {row.get('layout', 'nchw')}: " +
+                         "; ".join(row["notes"]) + " |" + " |" * (len(header) - 1))
     return "\n".join(lines)
+
+
+def layout_table(rows):
+    """Each shape's gnsilu ratio to the copy in nhwc next to nchw (rows measured in the same run)."""
+    by_key = {}
+    for row in rows:
+        ratio = row["ratio_to_copy"].get("gnsilu")
+        if ratio:
+            by_key.setdefault((row["shape"], row["dtype"]), {})[row.get("layout", "nchw")] = ratio
+    lines = ["| shape | dtype | gnsilu nchw /copy | gnsilu nhwc /copy | nhwc / nchw |", "| --- | --- | --- | --- | --- |"]
+    for (shape, dtype), ratios in by_key.items():
+        if "nchw" in ratios and "nhwc" in ratios:
+            lines.append(f"| {shape} | {dtype} | {ratios['nchw']:.2f}x | {ratios['nhwc']:.2f}x | "
+                         f"{ratios['nhwc'] / ratios['nchw']:.3f} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def main():
@@ -231,6 +270,9 @@ def main():
     gnsilu = import_gnsilu()
     gnsilu.check_device()
     names = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    layouts = [name.strip() for name in args.layouts.split(",")]
+    if any(name not in ("nchw", "nhwc") for name in layouts):
+        sys.exit(f"bench_peers: bad --layouts {args.layouts!r} (nchw, nhwc)")
     if args.quick:
         dtypes, batches, shapes = [torch.bfloat16], [1], QUICK_SHAPES
     else:
@@ -240,21 +282,35 @@ def main():
         except (KeyError, ValueError) as e:
             sys.exit(f"bench_peers: bad --dtypes or --batches ({e})")
         shapes = FLUX_SHAPES + SMALL_SHAPES
+    full_shapes = None  # shapes with N, which ignore --batches
+    if args.shapes:
+        try:
+            full_shapes = [tuple(int(d) for d in text.split("x")) for text in args.shapes.split(",")]
+        except ValueError as e:
+            sys.exit(f"bench_peers: bad --shapes ({e})")
+    elif args.preset == "layouts" and not args.quick:
+        full_shapes = LAYOUT_SHAPES
+    if full_shapes is None:
+        full_shapes = [(n,) + chw for n in batches for chw in shapes]
     bench = Bench(torch, gnsilu, args)
     methods = [m for m in METHODS if m != "compiled" or not args.no_compile]
     started = time.monotonic()
     rows = []
     with torch.inference_mode():
         for dtype in dtypes:
-            for n in batches:
-                for chw in shapes:
-                    rows.append(bench.row((n,) + chw, dtype))
-                    print(f"[{time.monotonic() - started:6.1f} s] {rows[-1]['shape']} {rows[-1]['dtype']}",
+            for shape in full_shapes:
+                for layout in layouts:
+                    rows.append(bench.row(shape, dtype, layout))
+                    print(f"[{time.monotonic() - started:6.1f} s] {rows[-1]['shape']} {rows[-1]['dtype']} {layout}",
                           file=sys.stderr, flush=True)
     device = torch.cuda.get_device_name()
     print(f"GroupNorm+SiLU, G={GROUPS}, eps={EPS}, on {device}: median of {args.runs} runs (CUDA events, L2 flushed); "
           f"gnsilu {gnsilu.version()}, PyTorch {torch.__version__}\n")
     print(markdown(rows, methods))
+    table = layout_table(rows)
+    if table:
+        print("\ngnsilu in both layouts, ratio to the copy of the same bytes (the same run):\n")
+        print(table)
     if args.json:
         try:
             import triton
@@ -264,7 +320,7 @@ def main():
         result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                   "device": device, "torch": torch.__version__, "triton": triton_version,
                   "gnsilu": gnsilu.version(), "library": gnsilu.library_path(), "groups": GROUPS, "eps": EPS,
-                  "runs": args.runs, "flush_bytes": FLUSH_BYTES, "methods": methods,
+                  "runs": args.runs, "flush_bytes": FLUSH_BYTES, "methods": methods, "layouts": layouts,
                   "seconds": round(time.monotonic() - started, 1), "rows": rows}
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

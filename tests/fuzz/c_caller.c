@@ -14,3 +14,37 @@ int fuzz_c_group_norm_silu(const void* x, int x_dtype, void* y, int y_dtype, con
 int fuzz_c_set_tune_policy(int policy) { return gnsilu_set_tune_policy(policy); }
 
 const char* fuzz_c_status_name(int status) { return gnsilu_status_name(status); }
+
+/* gnsilu_group_norm with a descriptor of `struct_size` bytes in a buffer of `buffer_size` (>= sizeof(gnsilu_problem),
+ * the bytes past the struct set to `tail_byte`), built from the same arguments plus any ints as layout and
+ * activation codes. */
+int fuzz_c_group_norm(size_t struct_size, size_t buffer_size, unsigned char tail_byte, const void* x, int x_dtype,
+                      int x_layout, void* y, int y_dtype, int y_layout, const int64_t* shape, int ndim,
+                      int64_t num_groups, const void* weight, int weight_dtype, const void* bias, int bias_dtype,
+                      double eps, int activation, void* workspace, size_t workspace_bytes, void* stream) {
+  unsigned char buffer[sizeof(gnsilu_problem) + 64];
+  gnsilu_problem* p = (gnsilu_problem*)buffer;
+  size_t i;
+  if (buffer_size > sizeof buffer) buffer_size = sizeof buffer;
+  for (i = sizeof(gnsilu_problem); i < buffer_size; ++i) buffer[i] = tail_byte;
+  gnsilu_problem_init(p);
+  p->struct_size = struct_size;
+  p->x = x;
+  p->x_dtype = x_dtype;
+  p->x_layout = x_layout;
+  p->y = y;
+  p->y_dtype = y_dtype;
+  p->y_layout = y_layout;
+  p->shape = shape;
+  p->ndim = ndim;
+  p->num_groups = num_groups;
+  p->weight = weight;
+  p->weight_dtype = weight_dtype;
+  p->bias = bias;
+  p->bias_dtype = bias_dtype;
+  p->eps = eps;
+  p->activation = activation;
+  return gnsilu_group_norm(p, workspace, workspace_bytes, (gnsilu_stream)stream);
+}
+
+size_t fuzz_c_problem_size(void) { return sizeof(gnsilu_problem); }

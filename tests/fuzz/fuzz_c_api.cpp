@@ -1,6 +1,6 @@
-// libFuzzer target: the C API's argument handling (gnsilu_group_norm_silu, gnsilu_workspace_size and the small
-// calls), with any dtype code, ndim, shape, num_groups, eps, null / fake / host pointers, overlaps and workspace
-// sizes. Pointers are never device memory: fake ones point at unmapped addresses (a dereference crashes) and host
+// libFuzzer target: the C API's argument handling (gnsilu_group_norm_silu, gnsilu_group_norm with its descriptor,
+// gnsilu_workspace_size and the small calls), with any dtype, layout and activation code, struct size, ndim,
+// shape, num_groups, eps, null / fake / host pointers, overlaps and workspace sizes. Pointers are never device memory: fake ones point at unmapped addresses (a dereference crashes) and host
 // ones at canary buffers (a write is seen). Without a driver (CI) a valid non-empty problem must stop at the
 // driver check; with GNSILU_LIBCUDA at the toolkit's stub it stops there too.
 //
@@ -22,6 +22,11 @@ extern "C" {
 int fuzz_c_group_norm_silu(const void* x, int x_dtype, void* y, int y_dtype, const int64_t* shape, int ndim,
                            int64_t num_groups, const void* weight, int weight_dtype, const void* bias,
                            int bias_dtype, double eps, void* workspace, size_t workspace_bytes, void* stream);
+int fuzz_c_group_norm(size_t struct_size, size_t buffer_size, unsigned char tail_byte, const void* x, int x_dtype,
+                      int x_layout, void* y, int y_dtype, int y_layout, const int64_t* shape, int ndim,
+                      int64_t num_groups, const void* weight, int weight_dtype, const void* bias, int bias_dtype,
+                      double eps, int activation, void* workspace, size_t workspace_bytes, void* stream);
+size_t fuzz_c_problem_size(void);
 int fuzz_c_set_tune_policy(int policy);
 const char* fuzz_c_status_name(int status);
 }
@@ -252,6 +257,50 @@ void call_group_norm_silu(Input& in) {
     // Without a driver the call fails on the shape exactly when gnsilu_workspace_size does.
     REQUIRE((status == GNSILU_ERROR_INVALID_ARGUMENT) == (ws_status == GNSILU_ERROR_INVALID_ARGUMENT),
             "call: " + call_error + "; workspace_size: " + describe(ws_status));
+  }
+
+  // The same arguments through gnsilu_group_norm's descriptor, with layout and activation codes and a struct size
+  // that may be too small, the caller's own, or larger with a zero or non-zero tail. (Read last, so that corpus
+  // files made before this part decode their earlier calls as before.)
+  const uint8_t mode = in.u8();
+  const int x_layout = (mode & 0x10) ? in.i32() % 4 : (mode & 1);
+  const int y_layout = (mode & 0x20) ? in.i32() % 4 : x_layout ^ ((mode >> 1) & 1);
+  const int activation = (mode & 0x40) ? in.i32() % 4 : ((mode >> 2) & 1);
+  const std::size_t known = fuzz_c_problem_size();
+  std::size_t struct_size = known, buffer_size = known;
+  unsigned char tail = 0;
+  switch ((mode >> 3) & 3) {
+    case 0: break;
+    case 1: struct_size = in.u8() % known; break;  // too small
+    case 2: struct_size = buffer_size = known + 8 * (1 + in.u8() % 8); break;  // a newer caller, zero tail
+    default:
+      struct_size = buffer_size = known + 8 * (1 + in.u8() % 8);
+      tail = static_cast<unsigned char>(in.u8() | 1);  // a newer caller that set a field this library lacks
+      break;
+  }
+  fill_canaries();
+  const int described = fuzz_c_group_norm(struct_size, buffer_size, tail, x, x_dtype, x_layout, y, y_dtype, y_layout,
+                                          s.data, s.ndim, num_groups, weight, weight_dtype, bias, bias_dtype, eps,
+                                          activation, workspace, workspace_bytes, stream);
+  check_status(described);
+  check_canaries(described);
+  const bool size_invalid = struct_size < known - sizeof(int) || tail != 0;  // the last field may be padding
+  const bool codes_invalid = x_layout < 0 || x_layout > 1 || y_layout < 0 || y_layout > 1 || activation < 0 ||
+                             activation > 1;
+  // Different layouts are accepted only where they are the same memory: no spatial elements, or one channel.
+  bool same_memory = false;
+  if (!g.invalid) {
+    __int128 spatial = 1;
+    for (int i = 2; i < s.ndim && spatial <= (__int128{1} << 62); ++i) spatial *= s.data[i];
+    same_memory = spatial == 1 || s.data[1] == 1;
+  }
+  const bool mixed = !codes_invalid && x_layout != y_layout && !same_memory;
+  const bool described_invalid = size_invalid || codes_invalid || mixed || args_invalid || g.invalid;
+  if (described_invalid) REQUIRE(described == GNSILU_ERROR_INVALID_ARGUMENT, describe(described));
+  if (described == GNSILU_SUCCESS) REQUIRE(!described_invalid && g.numel_zero, describe(described));
+  if (!described_invalid && g.fits) {
+    // A valid descriptor behaves as the plain call: the same status without a driver (or for zero elements).
+    if (g.numel_zero || g_device_status != GNSILU_SUCCESS) REQUIRE(described == status, describe(described));
   }
 }
 

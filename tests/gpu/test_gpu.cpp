@@ -1,7 +1,7 @@
 // GPU tests (label "gpu"): the kernels against the CPU reference, bit for bit, for every dtype pair, every
-// candidate launch configuration and both paths; guard bytes around y; in place; caller workspace; graph
-// capture; a tensor of more than 2^31 elements; errors that write nothing. Exits 77 (ctest: skipped) with
-// the reason when there is no usable driver or device.
+// candidate launch configuration, both paths, both layouts and both activations; guard bytes around y; in place;
+// caller workspace; graph capture; tensors of more than 2^31 elements in both layouts; errors that write
+// nothing. Exits 77 (ctest: skipped) with the reason when there is no usable driver or device.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -81,6 +81,19 @@ struct Shape {
   std::size_t misalign = 0;  // elements added to the x and y addresses (disables 16-byte vectors)
 };
 
+using gnsilu::Activation;
+using gnsilu::Layout;
+
+// N, C and S (the product of the spatial sizes) of a shape.
+struct Extent {
+  int64_t n, c, s;
+};
+Extent extent_of(const std::vector<int64_t>& dims) {
+  int64_t s = 1;
+  for (std::size_t i = 2; i < dims.size(); ++i) s *= dims[i];
+  return {dims[0], dims[1], s};
+}
+
 int64_t numel(const std::vector<int64_t>& dims) {
   int64_t n = 1;
   for (auto d : dims) n *= d;
@@ -104,13 +117,15 @@ struct ReferenceCase {
   HostTensor expected;
   DeviceMemory dx, dy;
   gnsilu::Problem problem;
-  ReferenceCase(HostTensor& x, const std::vector<int64_t>& dims, int64_t groups)
+  ReferenceCase(HostTensor& x, const std::vector<int64_t>& dims, int64_t groups,
+                Layout layout = Layout::ChannelsFirst)
       : expected(DType::BF16, x.size()), dx(x.bytes.size()), dy(expected.bytes.size()) {
     problem.x = x.data();
     problem.x_dtype = x.dtype;
     problem.y = expected.data();
     problem.shape = dims;
     problem.num_groups = groups;
+    problem.x_layout = problem.y_layout = layout;
     gnsilu::reference_group_norm_silu(problem);
     dx.upload(x.data());
     problem.x = dx.get();
@@ -128,7 +143,10 @@ void precompile_all() {
   std::vector<gnsilu::detail::Variant> variants;
   for (DType x : kTypes)
     for (DType y : kTypes)
-      for (const auto& c : gnsilu::candidate_configs()) variants.push_back({x, y, c});
+      for (const auto& c : gnsilu::candidate_configs())
+        for (Layout layout : {Layout::ChannelsFirst, Layout::ChannelsLast})
+          for (Activation activation : {Activation::SiLU, Activation::None})
+            variants.push_back({x, y, c, layout, activation});
   std::vector<std::thread> pool;
   std::atomic<std::size_t> next{0};
   const unsigned workers = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
@@ -145,22 +163,28 @@ void precompile_all() {
 
 }  // namespace
 
-TEST_CASE("every dtype pair, configuration and path gives the CPU reference's bits, and writes only y") {
+TEST_CASE("every dtype pair, configuration, path, layout and activation gives the CPU reference's bits, and writes only y") {
   precompile_all();
   std::vector<Shape> shapes = {
-      {{2, 64, 17, 19}, 32},          // odd spatial size: no vectors; C/G = 2
+      {{2, 64, 17, 19}, 32},          // odd spatial size: no vectors; C/G = 2; S <= 512: whole channels per chunk
       {{1, 32, 8, 8}, 32},            // C/G = 1
       {{3, 64, 16, 16}, 1},           // C/G = 64, one group per sample
       {{2, 48, 3, 5, 7}, 16},         // 5-D, C/G = 3
       {{1, 4}, 2},                    // no spatial dimension
       {{1, 1, 1}, 1},                 // one element
       {{1, 128, 64, 64}, 32},         // fused-eligible, vectorized
-      {{2, 256, 40, 40}, 32},         // 12800-element groups
+      {{2, 256, 40, 40}, 32},         // 12800-element groups; S = 1600: a 576-pixel last window
       {{1, 32, 256, 256}, 32},        // 64 chunks per group: the largest fused group
       {{1, 32, 300, 300}, 8},         // 360000-element groups: split only
       {{4, 128, 32, 32}, 32},         // N = 4
-      {{2, 96, 24, 24}, 32, 1},       // pointers one element off 16-byte alignment
+      {{2, 96, 24, 24}, 32, 1},       // pointers one element off 16-byte alignment (channels-last: gathered)
       {{1, 64, 72, 72}, 32, 4},       // 8-byte aligned 16-bit tensors, 16-byte aligned FP32 tensors
+      {{1, 40, 40, 40}, 8},           // channels-last bf16 pixels of 80 bytes: tiles of 16-byte slices
+      {{2, 1280, 8, 136}, 32},        // C/G = 40 (the widest VAE groups); S = 1088: a 64-pixel last window
+      {{1, 320, 2049}, 32},           // three windows, the last of one pixel; C/G = 10
+      {{1, 24, 1000}, 6},             // 512 < S < 1024: one chunk of 1000 per channel
+      {{2, 20, 45, 30}, 5},           // C not a multiple of 8: element-wise channels-last apply, gathered chunks
+      {{1, 64, 3, 20, 21}, 32},       // 5-D, S = 1260
   };
   // Random shapes too: N 1-3, 1-8 groups of 1-64 channels, 0-3 spatial dimensions of 1-40.
   std::mt19937 rng(20261129);
@@ -177,9 +201,10 @@ TEST_CASE("every dtype pair, configuration and path gives the CPU reference's bi
   const Data datas[] = {Data::Normal,  Data::LargeMean, Data::TinySpread, Data::WithNaN,
                         Data::WithInf, Data::Subnormal, Data::Huge,       Data::Constant};
   const DType params[] = {DType::FP32, DType::BF16, DType::FP16, DType::None};
-  std::size_t runs = 0, mismatched = 0, shape_index = 0;
+  std::size_t runs = 0, mismatched = 0, shape_index = 0, layout_checks = 0;
   for (const Shape& shape : shapes) {
     const int64_t n = numel(shape.dims);
+    const Extent e = extent_of(shape.dims);
     const auto geometry = gnsilu::detail::make_geometry(shape.dims, shape.groups);
     const DType pd = params[shape_index % 4];
     const Data data = datas[shape_index % 8];
@@ -190,62 +215,135 @@ TEST_CASE("every dtype pair, configuration and path gives the CPU reference's bi
     dw.upload(w.data());
     db.upload(b.data());
     for (DType xd : kTypes) {
-      HostTensor x = make_input(xd, static_cast<std::size_t>(n), static_cast<std::size_t>(geometry.group_length), data, 100 + shape_index);
-      DeviceMemory dx(x.bytes.size(), shape.misalign * gnsilu::dtype_size(xd));
-      dx.upload(x.data());
-      for (DType yd : kTypes) {
-        HostTensor expected(yd, static_cast<std::size_t>(n));
-        gnsilu::Problem p;
-        p.x = x.data();
-        p.x_dtype = xd;
-        p.y = expected.data();
-        p.y_dtype = yd;
-        p.shape = shape.dims;
-        p.num_groups = shape.groups;
-        p.weight = pd == DType::None ? nullptr : w.data();
-        p.weight_dtype = pd;
-        p.bias = pd == DType::None ? nullptr : b.data();
-        p.bias_dtype = pd;
-        gnsilu::reference_group_norm_silu(p);
+      // The same logical tensor in both layouts.
+      const HostTensor x_first =
+          make_input(xd, static_cast<std::size_t>(n), static_cast<std::size_t>(geometry.group_length), data, 100 + shape_index);
+      const HostTensor x_last = relayout(x_first, e.n, e.c, e.s, true);
+      for (Layout layout : {Layout::ChannelsFirst, Layout::ChannelsLast}) {
+        const HostTensor& x = layout == Layout::ChannelsLast ? x_last : x_first;
+        DeviceMemory dx(x.bytes.size(), shape.misalign * gnsilu::dtype_size(xd));
+        dx.upload(x.data());
+        for (Activation activation : {Activation::SiLU, Activation::None}) {
+          for (DType yd : kTypes) {
+            HostTensor expected(yd, static_cast<std::size_t>(n));
+            gnsilu::Problem p;
+            p.x = x.data();
+            p.x_dtype = xd;
+            p.y = expected.data();
+            p.y_dtype = yd;
+            p.shape = shape.dims;
+            p.num_groups = shape.groups;
+            p.weight = pd == DType::None ? nullptr : w.data();
+            p.weight_dtype = pd;
+            p.bias = pd == DType::None ? nullptr : b.data();
+            p.bias_dtype = pd;
+            p.x_layout = layout;
+            p.y_layout = layout;
+            p.activation = activation;
+            gnsilu::reference_group_norm_silu(p);
+            if (layout == Layout::ChannelsLast) {
+              // The reference itself: its channels-last output is its channel-major one, relaid.
+              gnsilu::Problem q = p;
+              HostTensor first(yd, static_cast<std::size_t>(n));
+              q.x = x_first.data();
+              q.y = first.data();
+              q.x_layout = q.y_layout = Layout::ChannelsFirst;
+              gnsilu::reference_group_norm_silu(q);
+              ++layout_checks;
+              CHECK(relayout(expected, e.n, e.c, e.s, false).bytes == first.bytes);
+            }
 
-        DeviceMemory dy(expected.bytes.size(), shape.misalign * gnsilu::dtype_size(yd));
-        p.x = dx.get();
-        p.y = dy.get();
-        p.weight = pd == DType::None ? nullptr : dw.get();
-        p.bias = pd == DType::None ? nullptr : db.get();
-        HostTensor got(yd, static_cast<std::size_t>(n));
-        for (const auto& config : gnsilu::candidate_configs()) {
-          for (Path path : {Path::Fused, Path::Split}) {
-            if (path == Path::Fused && !gnsilu::detail::fused_eligible(geometry)) continue;
-            dy.fill(0xFF);  // poison: 0xFFFF / 0xFFFFFFFF is a NaN no kernel stores (NaNs are canonical)
-            gnsilu::LaunchOptions options;
-            options.config = config;
-            options.path = path;
-            gnsilu::group_norm_silu(p, nullptr, {}, options);
-            device_sync();
-            dy.download(got.data());
-            ++runs;
-            const bool same = got.bytes == expected.bytes;
-            const bool guards = dy.guards_intact();
-            if (!same || !guards) {
-              ++mismatched;
-              std::size_t first = 0;
-              while (first < got.size() && got.bits(first) == expected.bits(first)) ++first;
-              FAIL_CHECK(shape_text(shape) << " (" << data_name(data) << ") " << gnsilu::dtype_name(xd) << "->" << gnsilu::dtype_name(yd)
-                                           << " config e" << config.elems_per_load << " w" << config.warps << " s"
-                                           << config.stages << " p" << config.programs_per_sm << " path "
-                                           << (path == Path::Fused ? "fused" : "split") << ": bits "
-                                           << (same ? "equal" : "differ from element " + std::to_string(first))
-                                           << ", guards " << (guards ? "intact" : "OVERWRITTEN"));
+            DeviceMemory dy(expected.bytes.size(), shape.misalign * gnsilu::dtype_size(yd));
+            p.x = dx.get();
+            p.y = dy.get();
+            p.weight = pd == DType::None ? nullptr : dw.get();
+            p.bias = pd == DType::None ? nullptr : db.get();
+            HostTensor got(yd, static_cast<std::size_t>(n));
+            for (const auto& config : gnsilu::candidate_configs()) {
+              for (Path path : {Path::Fused, Path::Split}) {
+                if (path == Path::Fused && !gnsilu::detail::fused_eligible(geometry)) continue;
+                dy.fill(0xFF);  // poison: 0xFFFF / 0xFFFFFFFF is a NaN no kernel stores (NaNs are canonical)
+                gnsilu::LaunchOptions options;
+                options.config = config;
+                options.path = path;
+                gnsilu::group_norm_silu(p, nullptr, {}, options);
+                device_sync();
+                dy.download(got.data());
+                ++runs;
+                const bool same = got.bytes == expected.bytes;
+                const bool guards = dy.guards_intact();
+                if (!same || !guards) {
+                  ++mismatched;
+                  std::size_t first = 0;
+                  while (first < got.size() && got.bits(first) == expected.bits(first)) ++first;
+                  FAIL_CHECK(shape_text(shape) << " (" << data_name(data) << ") " << std::string(gnsilu::dtype_name(xd)) << "->"
+                                               << std::string(gnsilu::dtype_name(yd)) << " "
+                                               << std::string(gnsilu::layout_name(layout)) << " "
+                                               << std::string(gnsilu::activation_name(activation)) << " config e"
+                                               << config.elems_per_load << " w" << config.warps << " s"
+                                               << config.stages << " p" << config.programs_per_sm << " path "
+                                               << (path == Path::Fused ? "fused" : "split") << ": bits "
+                                               << (same ? "equal" : "differ from element " + std::to_string(first))
+                                               << ", guards " << (guards ? "intact" : "OVERWRITTEN"));
+                }
+              }
             }
           }
         }
       }
     }
   }
-  MESSAGE(runs << " runs over " << shapes.size() << " shapes (8 kinds of data), 9 dtype pairs, " << gnsilu::candidate_configs().size()
-                << " configurations and both paths: " << runs - mismatched << " bit-identical to the CPU reference");
+  MESSAGE(runs << " runs over " << shapes.size() << " shapes (8 kinds of data), 9 dtype pairs, "
+               << gnsilu::candidate_configs().size() << " configurations, both paths, both layouts and both "
+               << "activations: " << runs - mismatched << " bit-identical to the CPU reference (whose channels-last "
+               << "output equalled its channel-major one in " << layout_checks << " checks)");
   CHECK(mismatched == 0);
+}
+
+TEST_CASE("channels-last statistics tiles of 16, 32 and 64 bytes a pixel give the reference's bits") {
+  const std::vector<std::vector<int64_t>> shapes = {{1, 128, 48, 48}, {2, 320, 1100}, {1, 512, 33, 33}, {1, 1280, 1025}};
+  std::size_t runs = 0, differ = 0;
+  for (const auto& dims : shapes) {
+    const Extent e = extent_of(dims);
+    for (DType xd : kTypes) {
+      const HostTensor x = relayout(make_input(xd, static_cast<std::size_t>(numel(dims)),
+                                               static_cast<std::size_t>(e.c / 32 * e.s), Data::LargeMean, 31),
+                                    e.n, e.c, e.s, true);
+      HostTensor expected(DType::BF16, x.size()), got(DType::BF16, x.size());
+      gnsilu::Problem p;
+      p.x = x.data();
+      p.x_dtype = xd;
+      p.y = expected.data();
+      p.shape = dims;
+      p.x_layout = p.y_layout = Layout::ChannelsLast;
+      gnsilu::reference_group_norm_silu(p);
+      DeviceMemory dx(x.bytes.size()), dy(expected.bytes.size());
+      dx.upload(x.data());
+      p.x = dx.get();
+      p.y = dy.get();
+      for (int bytes : {16, 32, 64}) {
+        gnsilu::detail::force_tile_slice_bytes(bytes);
+        for (const auto& config : gnsilu::candidate_configs()) {
+          gnsilu::LaunchOptions options;
+          options.config = config;
+          options.path = Path::Split;
+          dy.fill(0xFF);
+          gnsilu::group_norm_silu(p, nullptr, {}, options);
+          device_sync();
+          dy.download(got.data());
+          ++runs;
+          if (got.bytes != expected.bytes || !dy.guards_intact()) {
+            ++differ;
+            FAIL_CHECK(dims[1] << " channels, S = " << e.s << ", " << std::string(gnsilu::dtype_name(xd)) << ", slices of " << bytes
+                               << " bytes, e" << config.elems_per_load << " w" << config.warps << ": differs");
+          }
+        }
+      }
+      gnsilu::detail::force_tile_slice_bytes(0);
+    }
+  }
+  MESSAGE(runs << " runs with forced tile slices: " << runs - differ << " equal to the reference");
+  CHECK(differ == 0);
 }
 
 TEST_CASE("finalize: groups of 1 to 4097 chunk records (records held in registers, and the loop beyond 4096) match the reference") {
@@ -312,84 +410,92 @@ TEST_CASE("the fast 16-bit SiLU decides like silu32 for every FP32 input") {
   CHECK(c[5] < 1000);
 }
 
-TEST_CASE("in place, a caller workspace and the default path match the reference") {
+TEST_CASE("in place, a caller workspace and the default path match the reference, in both layouts") {
   const std::vector<int64_t> dims{2, 64, 48, 48};
   const auto n = static_cast<std::size_t>(numel(dims));
-  for (auto [xd, yd] : {std::pair{DType::BF16, DType::BF16}, std::pair{DType::FP16, DType::BF16}, std::pair{DType::FP32, DType::FP32}}) {
-    HostTensor x = make_input(xd, n, 2 * 48 * 48, Data::Normal, 5);
-    HostTensor expected(yd, n), got(yd, n);
-    gnsilu::Problem p;
-    p.x = x.data();
-    p.x_dtype = xd;
-    p.y = expected.data();
-    p.y_dtype = yd;
-    p.shape = dims;
-    p.num_groups = 32;
-    gnsilu::reference_group_norm_silu(p);
-    DeviceMemory buffer(x.bytes.size());
-    buffer.upload(x.data());
-    p.x = buffer.get();
-    p.y = buffer.get();
-    gnsilu::group_norm_silu(p);
-    device_sync();
-    buffer.download(got.data());
-    CHECK(got.bytes == expected.bytes);
-    CHECK(buffer.guards_intact());
+  for (Layout layout : {Layout::ChannelsFirst, Layout::ChannelsLast}) {
+    for (auto [xd, yd] : {std::pair{DType::BF16, DType::BF16}, std::pair{DType::FP16, DType::BF16}, std::pair{DType::FP32, DType::FP32}}) {
+      for (Path path : {Path::Auto, Path::Fused, Path::Split}) {
+        HostTensor x = make_input(xd, n, 2 * 48 * 48, Data::Normal, 5);
+        HostTensor expected(yd, n), got(yd, n);
+        gnsilu::Problem p;
+        p.x = x.data();
+        p.x_dtype = xd;
+        p.y = expected.data();
+        p.y_dtype = yd;
+        p.shape = dims;
+        p.num_groups = 32;
+        p.x_layout = p.y_layout = layout;
+        gnsilu::reference_group_norm_silu(p);
+        DeviceMemory buffer(x.bytes.size());
+        buffer.upload(x.data());
+        p.x = buffer.get();
+        p.y = buffer.get();
+        gnsilu::LaunchOptions options;
+        options.path = path;
+        gnsilu::group_norm_silu(p, nullptr, {}, options);
+        device_sync();
+        buffer.download(got.data());
+        CHECK_MESSAGE(got.bytes == expected.bytes,
+                      std::string(gnsilu::layout_name(layout)) << " in place, path " << std::string(gnsilu::path_name(path)));
+        CHECK(buffer.guards_intact());
 
-    const std::size_t ws_bytes = gnsilu::workspace_size(dims, 32);
-    DeviceMemory ws(ws_bytes), dx(x.bytes.size()), dy(got.bytes.size());
-    dx.upload(x.data());
-    p.x = dx.get();
-    p.y = dy.get();
-    gnsilu::LaunchOptions split;
-    split.path = Path::Split;
-    gnsilu::group_norm_silu(p, nullptr, {ws.get(), ws_bytes}, split);
-    device_sync();
-    dy.download(got.data());
-    CHECK(got.bytes == expected.bytes);
-    CHECK(ws.guards_intact());
+        const std::size_t ws_bytes = gnsilu::workspace_size(p);
+        DeviceMemory ws(ws_bytes), dx(x.bytes.size()), dy(got.bytes.size());
+        dx.upload(x.data());
+        p.x = dx.get();
+        p.y = dy.get();
+        gnsilu::group_norm_silu(p, nullptr, {ws.get(), ws_bytes}, options);
+        device_sync();
+        dy.download(got.data());
+        CHECK(got.bytes == expected.bytes);
+        CHECK(ws.guards_intact());
+      }
+    }
   }
 }
 
-TEST_CASE("a call captured into a CUDA graph replays to the same bits") {
-  const std::vector<int64_t> dims{1, 128, 96, 96};
-  const auto n = static_cast<std::size_t>(numel(dims));
-  HostTensor x = make_input(DType::BF16, n, 4 * 96 * 96, Data::LargeMean, 8);
-  HostTensor got(DType::BF16, n);
-  ReferenceCase c(x, dims, 32);
-  const gnsilu::Problem& p = c.problem;
-  DeviceMemory& dy = c.dy;
-  const HostTensor& expected = c.expected;
-  gnsilu::LaunchOptions split;
-  split.path = Path::Split;  // the path that needs a workspace
-  gnsilu::group_norm_silu(p, nullptr, {}, split);  // compile and warm outside the capture
-  device_sync();
-  dy.fill(0xFF);
-  CUstream stream = nullptr;
-  GNSILU_CU(drv().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-  // The graph API is not in the library's driver table: resolve what this test needs here.
-  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  REQUIRE(handle != nullptr);
-  auto begin = reinterpret_cast<decltype(&cuStreamBeginCapture_v2)>(dlsym(handle, "cuStreamBeginCapture_v2"));
-  auto end = reinterpret_cast<decltype(&cuStreamEndCapture)>(dlsym(handle, "cuStreamEndCapture"));
-  auto instantiate = reinterpret_cast<decltype(&cuGraphInstantiateWithFlags)>(dlsym(handle, "cuGraphInstantiateWithFlags"));
-  auto graph_launch = reinterpret_cast<decltype(&cuGraphLaunch)>(dlsym(handle, "cuGraphLaunch"));
-  auto exec_destroy = reinterpret_cast<decltype(&cuGraphExecDestroy)>(dlsym(handle, "cuGraphExecDestroy"));
-  auto graph_destroy = reinterpret_cast<decltype(&cuGraphDestroy)>(dlsym(handle, "cuGraphDestroy"));
-  REQUIRE((begin && end && instantiate && graph_launch && exec_destroy && graph_destroy));
-  GNSILU_CU(begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  gnsilu::group_norm_silu(p, stream, {}, split);
-  CUgraph graph = nullptr;
-  GNSILU_CU(end(stream, &graph));
-  CUgraphExec exec = nullptr;
-  GNSILU_CU(instantiate(&exec, graph, 0));
-  for (int i = 0; i < 3; ++i) GNSILU_CU(graph_launch(exec, stream));
-  GNSILU_CU(drv().cuStreamSynchronize(stream));
-  dy.download(got.data());
-  CHECK(got.bytes == expected.bytes);
-  exec_destroy(exec);
-  graph_destroy(graph);
-  drv().cuStreamDestroy_v2(stream);
+TEST_CASE("a call captured into a CUDA graph replays to the same bits, in both layouts") {
+  for (Layout layout : {Layout::ChannelsFirst, Layout::ChannelsLast}) {
+    const std::vector<int64_t> dims{1, 128, 96, 96};
+    const auto n = static_cast<std::size_t>(numel(dims));
+    HostTensor x = make_input(DType::BF16, n, 4 * 96 * 96, Data::LargeMean, 8);
+    HostTensor got(DType::BF16, n);
+    ReferenceCase c(x, dims, 32, layout);
+    const gnsilu::Problem& p = c.problem;
+    DeviceMemory& dy = c.dy;
+    const HostTensor& expected = c.expected;
+    gnsilu::LaunchOptions split;
+    split.path = Path::Split;  // the path that needs a workspace
+    gnsilu::group_norm_silu(p, nullptr, {}, split);  // compile and warm outside the capture
+    device_sync();
+    dy.fill(0xFF);
+    CUstream stream = nullptr;
+    GNSILU_CU(drv().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    // The graph API is not in the library's driver table: resolve what this test needs here.
+    void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    REQUIRE(handle != nullptr);
+    auto begin = reinterpret_cast<decltype(&cuStreamBeginCapture_v2)>(dlsym(handle, "cuStreamBeginCapture_v2"));
+    auto end = reinterpret_cast<decltype(&cuStreamEndCapture)>(dlsym(handle, "cuStreamEndCapture"));
+    auto instantiate = reinterpret_cast<decltype(&cuGraphInstantiateWithFlags)>(dlsym(handle, "cuGraphInstantiateWithFlags"));
+    auto graph_launch = reinterpret_cast<decltype(&cuGraphLaunch)>(dlsym(handle, "cuGraphLaunch"));
+    auto exec_destroy = reinterpret_cast<decltype(&cuGraphExecDestroy)>(dlsym(handle, "cuGraphExecDestroy"));
+    auto graph_destroy = reinterpret_cast<decltype(&cuGraphDestroy)>(dlsym(handle, "cuGraphDestroy"));
+    REQUIRE((begin && end && instantiate && graph_launch && exec_destroy && graph_destroy));
+    GNSILU_CU(begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    gnsilu::group_norm_silu(p, stream, {}, split);
+    CUgraph graph = nullptr;
+    GNSILU_CU(end(stream, &graph));
+    CUgraphExec exec = nullptr;
+    GNSILU_CU(instantiate(&exec, graph, 0));
+    for (int i = 0; i < 3; ++i) GNSILU_CU(graph_launch(exec, stream));
+    GNSILU_CU(drv().cuStreamSynchronize(stream));
+    dy.download(got.data());
+    CHECK(got.bytes == expected.bytes);
+    exec_destroy(exec);
+    graph_destroy(graph);
+    drv().cuStreamDestroy_v2(stream);
+  }
 }
 
 TEST_CASE("bad arguments on the device are refused and write nothing") {
@@ -423,7 +529,7 @@ TEST_CASE("bad arguments on the device are refused and write nothing") {
   CHECK(buffer.guards_intact());
 }
 
-TEST_CASE("a tensor of more than 2^31 elements matches the reference") {
+TEST_CASE("a tensor of more than 2^31 elements matches the reference in both layouts") {
   const std::vector<int64_t> dims{1, 32, 8192, 8200};  // 2,149,580,800 elements
   const auto n = static_cast<std::size_t>(numel(dims));
   REQUIRE(n > (std::size_t{1} << 31));
@@ -446,26 +552,32 @@ TEST_CASE("a tensor of more than 2^31 elements matches the reference") {
     }
   }
   HostTensor expected(DType::BF16, n), got(DType::BF16, n);
-  gnsilu::Problem p;
-  p.x = x.data();
-  p.y = expected.data();
-  p.shape = dims;
-  const auto started = std::chrono::steady_clock::now();
-  gnsilu::reference_group_norm_silu(p);
-  MESSAGE("CPU reference of " << n << " elements: "
-                              << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() << " s");
   DeviceMemory dx(x.bytes.size()), dy(got.bytes.size());
   dx.upload(x.data());
-  p.x = dx.get();
-  p.y = dy.get();
-  gnsilu::group_norm_silu(p);
-  device_sync();
-  dy.download(got.data());
-  std::size_t differ = 0;
-  for (std::size_t i = 0; i < n; ++i) differ += got.bits(i) != expected.bits(i);
-  MESSAGE(n << " elements: " << differ << " differ from the reference");
-  CHECK(differ == 0);
-  CHECK(dy.guards_intact());
+  // The same memory read in both layouts (channels-last: 32 channels of each of the 8192 x 8200 pixels).
+  for (Layout layout : {Layout::ChannelsFirst, Layout::ChannelsLast}) {
+    gnsilu::Problem p;
+    p.x = x.data();
+    p.y = expected.data();
+    p.shape = dims;
+    p.x_layout = p.y_layout = layout;
+    const auto started = std::chrono::steady_clock::now();
+    gnsilu::reference_group_norm_silu(p);
+    MESSAGE(std::string(gnsilu::layout_name(layout)) << ": CPU reference of " << n << " elements: "
+                                        << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+                                        << " s");
+    p.x = dx.get();
+    p.y = dy.get();
+    dy.fill(0xFF);
+    gnsilu::group_norm_silu(p);
+    device_sync();
+    dy.download(got.data());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < n; ++i) differ += got.bits(i) != expected.bits(i);
+    MESSAGE(std::string(gnsilu::layout_name(layout)) << ": " << n << " elements: " << differ << " differ from the reference");
+    CHECK(differ == 0);
+    CHECK(dy.guards_intact());
+  }
 }
 
 namespace {
@@ -525,9 +637,11 @@ TEST_CASE("tuning on first use: Flux VAE shapes are tuned once, remembered, and 
   gnsilu::set_cache_paths(path);
   gnsilu::detail::clear_config_table();
   auto& counters = gnsilu::detail::counters();
-  for (DType dtype : {DType::BF16, DType::FP16}) {
+  for (auto [dtype, layout] : {std::pair{DType::BF16, Layout::ChannelsFirst}, std::pair{DType::FP16, Layout::ChannelsFirst},
+                               std::pair{DType::BF16, Layout::ChannelsLast}}) {
     for (const auto& d : kFluxShapes) {
       Flux f(d, dtype);
+      f.problem.x_layout = f.problem.y_layout = layout;
       const auto tuned = counters.tuned.load();
       gnsilu::group_norm_silu(f.problem);  // tunes this key
       device_sync();
@@ -541,13 +655,15 @@ TEST_CASE("tuning on first use: Flux VAE shapes are tuned once, remembered, and 
       device_sync();
       f.y.download(default_out.data());
       CHECK(tuned_out == default_out);
-      const auto geometry = gnsilu::detail::make_geometry(d, 32);
+      const auto geometry = gnsilu::detail::make_geometry(d, 32, layout);
       const auto& device = gnsilu::detail::device_info(0);
       const auto key = gnsilu::detail::tuning_key(device, geometry, dtype, dtype,
                                                   gnsilu::detail::choose_path(geometry, gnsilu::Path::Auto, device.sms));
+      CHECK(key.layout == layout);
       auto entry = gnsilu::cache::process_cache()->find_tuning(key);
       REQUIRE(entry.has_value());
-      MESSAGE(std::string(gnsilu::dtype_name(dtype)) << " " << shape_text({d, 32})
+      CHECK(entry->key.layout == layout);
+      MESSAGE((std::string(gnsilu::dtype_name(dtype)) + " " + gnsilu::layout_name(layout)) << " " << shape_text({d, 32})
                                         << std::string(tuned_now ? " tuned" : " (key already tuned)")
                                         << " on " << entry->tuned_shape << ": e" << entry->winner.elems_per_load << " w"
                                         << entry->winner.warps << " s" << entry->winner.stages << " p"

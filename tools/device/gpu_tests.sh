@@ -2,7 +2,7 @@
 # Runs the GPU test suite and the benchmarks on a machine with a GPU, from a build folder made elsewhere (the
 # build travels; the tests are run directly because ctest's files hold the build machine's paths). Logs go
 # under $OUT (default /tmp/gnsilu-gpu); a summary is printed last.
-# Usage: gpu_tests.sh [build] [tests|system|sanitize|python|bench|profile|all]
+# Usage: gpu_tests.sh [build] [tests|system|sanitize|python|peers|bench|layouts|profile|all]
 set -u
 build=${1:-build}
 what=${2:-all}
@@ -73,6 +73,12 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   step "shapes" shapes.log "$build/tools/gnsilu-bench" shapes --json "$out/shapes.json"
   cat "$out/start.log"
   sed -n '/^shape/,$p' "$out/shapes.log"
+fi
+if [ "$what" = layouts ]; then
+  # The layouts benchmark: every shape of the preset in both layouts and both 16-bit dtypes, in one process.
+  step "gnsilu-bench layouts" layouts.log "$build/tools/gnsilu-bench" shapes --preset layouts --layouts nchw,nhwc \
+    --dtypes "${GNSILU_BENCH_DTYPES:-bf16,fp16}" --json "$out/layouts.json"
+  sed -n '/^shape (gnsilu/,$p' "$out/layouts.log"
 fi
 if [ "$what" = profile ]; then
   # Nsight Compute on the three kernels of one large call (no tuning, so that the first launches are the call's).
