@@ -1,5 +1,6 @@
 #include "store.hpp"
 
+#include <SQLiteCpp/Backup.h>
 #include <SQLiteCpp/SQLiteCpp.h>
 #include <sqlite3.h>
 
@@ -73,12 +74,57 @@ const char* const kSteps[] = {
         PRIMARY KEY (arch, code_version, variant));
       CREATE TABLE leases (key TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL);
     )sql",
+    // 3: the memory layout ('nchw', 'nhwc') and the activation ('silu', 'none') join the tuning key; entries of
+    // before were all channels-first GroupNorm+SiLU. SQLite cannot change a UNIQUE constraint in place, so the
+    // table is rebuilt: same row ids (timings.tuning_id keeps pointing at its row), the new UNIQUE key. The
+    // defaults are for a process of schema 2 that had the file open before another migrated it: what it saves
+    // is what it tuned, channels-first GroupNorm+SiLU (this gnsilu always names both).
+    R"sql(
+      CREATE TABLE tuning_v3 (
+        id INTEGER PRIMARY KEY,
+        device_name TEXT NOT NULL,
+        device_arch INTEGER NOT NULL,
+        device_sms INTEGER NOT NULL,
+        device_memory_mib INTEGER NOT NULL,
+        device_l2_kib INTEGER NOT NULL,
+        code_version TEXT NOT NULL,
+        channels_per_group INTEGER NOT NULL,
+        x_dtype TEXT NOT NULL,
+        y_dtype TEXT NOT NULL,
+        size_class TEXT NOT NULL,
+        layout TEXT NOT NULL DEFAULT 'nchw',
+        activation TEXT NOT NULL DEFAULT 'silu',
+        elems_per_load INTEGER NOT NULL,
+        warps INTEGER NOT NULL,
+        stages INTEGER NOT NULL,
+        programs_per_sm INTEGER NOT NULL,
+        default_us REAL NOT NULL,
+        best_us REAL NOT NULL,
+        noise_us REAL NOT NULL,
+        tuned_shape TEXT NOT NULL,
+        library_version TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        UNIQUE (device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version,
+                channels_per_group, x_dtype, y_dtype, size_class, layout, activation));
+      INSERT INTO tuning_v3 (id, device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version,
+                             channels_per_group, x_dtype, y_dtype, size_class, layout, activation, elems_per_load,
+                             warps, stages, programs_per_sm, default_us, best_us, noise_us, tuned_shape,
+                             library_version, created_at)
+        SELECT id, device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version,
+               channels_per_group, x_dtype, y_dtype, size_class, 'nchw', 'silu', elems_per_load, warps, stages,
+               programs_per_sm, default_us, best_us, noise_us, tuned_shape, library_version, created_at
+        FROM tuning;
+      DROP TABLE tuning;
+      ALTER TABLE tuning_v3 RENAME TO tuning;
+    )sql",
 };
 static_assert(sizeof(kSteps) / sizeof(kSteps[0]) == kSchemaVersion, "one migration step per schema version");
 
 const char* kKeyWhere =
     "device_name = ? AND device_arch = ? AND device_sms = ? AND device_memory_mib = ? AND device_l2_kib = ? AND "
-    "code_version = ? AND channels_per_group = ? AND x_dtype = ? AND y_dtype = ? AND size_class = ?";
+    "code_version = ? AND channels_per_group = ? AND x_dtype = ? AND y_dtype = ? AND size_class = ? AND layout = ? AND "
+    "activation = ?";
+constexpr int kKeyColumns = 12;  // the ? of kKeyWhere, bound by bind_key
 
 void bind_key(SQLite::Statement& s, const TuningKey& k, int first = 1) {
   s.bind(first + 0, k.device.name);
@@ -91,6 +137,16 @@ void bind_key(SQLite::Statement& s, const TuningKey& k, int first = 1) {
   s.bind(first + 7, std::string(dtype_name(k.x_dtype)));
   s.bind(first + 8, std::string(dtype_name(k.y_dtype)));
   s.bind(first + 9, k.size_class);
+  s.bind(first + 10, std::string(layout_name(k.layout)));
+  s.bind(first + 11, std::string(activation_name(k.activation)));
+}
+
+// Whether a key's layout and activation are values this gnsilu names (a key built from anything else would be
+// stored as "unknown" and never read back).
+bool known_key(const TuningKey& k) {
+  Layout layout;
+  Activation activation;
+  return layout_from_name(layout_name(k.layout), layout) && activation_from_name(activation_name(k.activation), activation);
 }
 
 std::string join_names(const std::vector<std::string>& names) {
@@ -134,8 +190,9 @@ void apply_steps(SQLite::Database& db, int from, int to) {
   db.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('schema', '" + std::to_string(to) + "')");
 }
 
-TuningEntry read_entry(SQLite::Statement& q) {
-  TuningEntry e;
+// An entry from a row of kEntryColumns; false (and `e` partly filled) for a row whose layout or activation this
+// gnsilu does not know: no key of this gnsilu can name it, so it is not an entry here.
+bool read_entry(SQLite::Statement& q, TuningEntry& e) {
   e.key.device.name = q.getColumn(1).getString();
   e.key.device.arch = q.getColumn(2).getInt();
   e.key.device.sms = q.getColumn(3).getInt();
@@ -153,13 +210,14 @@ TuningEntry read_entry(SQLite::Statement& q) {
   e.tuned_shape = q.getColumn(18).getString();
   e.library_version = q.getColumn(19).getString();
   e.created_at = q.getColumn(20).getInt64();
-  return e;
+  return layout_from_name(q.getColumn(21).getString(), e.key.layout) &&
+         activation_from_name(q.getColumn(22).getString(), e.key.activation);
 }
 
 const char* kEntryColumns =
     "id, device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version, channels_per_group, "
     "x_dtype, y_dtype, size_class, elems_per_load, warps, stages, programs_per_sm, default_us, best_us, noise_us, "
-    "tuned_shape, library_version, created_at";
+    "tuned_shape, library_version, created_at, layout, activation";
 
 // Removes the entry of `key` and its timings, if there is one (inside the caller's transaction).
 void delete_entry(SQLite::Database& db, const TuningKey& key) {
@@ -195,6 +253,15 @@ void read_timings(SQLite::Database& db, int64_t id, TuningEntry& e) {
 
 Store::Store(std::string path, Mode mode, int busy_timeout_ms) : path_(std::move(path)), mode_(mode) {
   open(busy_timeout_ms);
+}
+
+Store::Store(std::string path, int busy_timeout_ms, bool upgrade_copy)
+    : path_(std::move(path)), mode_(Mode::ReadOnly), upgrade_copy_(upgrade_copy) {
+  open(busy_timeout_ms);
+}
+
+std::unique_ptr<Store> Store::read_upgraded(const std::string& path, int busy_timeout_ms) {
+  return std::unique_ptr<Store>(new Store(path, busy_timeout_ms, true));
 }
 
 Store::~Store() = default;
@@ -269,12 +336,14 @@ void Store::open(int busy_timeout_ms) {
   try {
     // One statement, so that the version and the tables come from one snapshot while another process may be
     // creating the file.
-    SQLite::Statement state(*db_, "SELECT (SELECT user_version FROM pragma_user_version), "
-                                  "(SELECT count(*) FROM sqlite_master)");
-    state.executeStep();
-    schema_version_ = state.getColumn(0).getInt();
-    const int objects = state.getColumn(1).getInt();
-    state.reset();
+    int objects = 0;
+    {
+      SQLite::Statement state(*db_, "SELECT (SELECT user_version FROM pragma_user_version), "
+                                    "(SELECT count(*) FROM sqlite_master)");
+      state.executeStep();
+      schema_version_ = state.getColumn(0).getInt();
+      objects = state.getColumn(1).getInt();
+    }
     if ((schema_version_ == 0 && objects > 0) || schema_version_ < 0) {
       fail(Health::Unusable, "is a SQLite database but not a gnsilu cache", "Set GNSILU_CACHE to another file.");
       return;
@@ -286,15 +355,34 @@ void Store::open(int busy_timeout_ms) {
            "Give this version its own file with GNSILU_CACHE, or upgrade.");
       return;
     }
-    // A damaged page anywhere: refuse the file rather than write into it (a few milliseconds for a typical
-    // cache; the user file is checked once per process).
-    if (objects > 0 && mode_ == Mode::ReadWrite) {
+    const bool copy = upgrade_copy_ && schema_version_ < kSchemaVersion;
+    if (copy) {
+      // Every page in one step: one snapshot of the file, never a mix of two writers' states.
+      auto memory = std::make_unique<SQLite::Database>(":memory:", SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE);
+      {
+        SQLite::Backup backup(*memory, *db_);
+        const int done = backup.executeStep();
+        if (done != SQLITE_DONE) throw SQLite::Exception("copying the file did not finish", done);
+      }  // finished before the file's connection closes
+      db_ = std::move(memory);
+    }
+    // A damaged page anywhere: refuse the file rather than write into it, or migrate its copy (a few
+    // milliseconds for a typical cache; the user file is checked once per process).
+    if (objects > 0 && (mode_ == Mode::ReadWrite || copy)) {
       const std::string check = db_->execAndGet("PRAGMA quick_check").getString();
       if (check != "ok") {
         fail(Health::Unusable, "is damaged (" + check.substr(0, check.find('\n')) + ")",
              "Delete it (gnsilu starts a new one) or set GNSILU_CACHE to another file.");
         return;
       }
+    }
+    if (copy) {
+      // The copy is this store's own: upgraded in memory, then read like the file (mode_ is ReadOnly).
+      SQLite::Transaction t(*db_);
+      apply_steps(*db_, schema_version_, kSchemaVersion);
+      t.commit();
+      schema_version_ = kSchemaVersion;
+      return;
     }
     if (mode_ == Mode::ReadOnly || health_ == Health::ReadOnly) {
       if (schema_version_ < kSchemaVersion) {
@@ -395,8 +483,8 @@ std::optional<TuningEntry> Store::find_tuning(const TuningKey& key) {
   try {
     SQLite::Statement q(*db_, std::string("SELECT ") + kEntryColumns + " FROM tuning WHERE " + kKeyWhere);
     bind_key(q, key);
-    if (!q.executeStep()) return std::nullopt;
-    TuningEntry e = read_entry(q);
+    TuningEntry e;
+    if (!q.executeStep() || !read_entry(q, e)) return std::nullopt;
     read_timings(*db_, q.getColumn(0).getInt64(), e);
     return e;
   } catch (const SQLite::Exception& e) {
@@ -418,8 +506,10 @@ std::vector<TuningEntry> Store::all_tuning() {
   try {
     SQLite::Statement q(*db_, std::string("SELECT ") + kEntryColumns + " FROM tuning ORDER BY id");
     while (q.executeStep()) {
-      out.push_back(read_entry(q));
-      read_timings(*db_, q.getColumn(0).getInt64(), out.back());
+      TuningEntry e;
+      if (!read_entry(q, e)) continue;
+      read_timings(*db_, q.getColumn(0).getInt64(), e);
+      out.push_back(std::move(e));
     }
   } catch (const SQLite::Exception& e) {
     fail(Health::Unusable, std::string("cannot be read (") + e.what() + ")", "Check the file.");
@@ -428,24 +518,28 @@ std::vector<TuningEntry> Store::all_tuning() {
 }
 
 bool Store::put_tuning(const TuningEntry& entry) {
+  // Refused before any write (the store stays as it was): it could never be found again.
+  if (!known_key(entry.key)) return false;
   return run_write("a tuned configuration", [&] {
     delete_entry(*db_, entry.key);
     SQLite::Statement ins(*db_,
                           "INSERT INTO tuning (device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, "
-                          "code_version, channels_per_group, x_dtype, y_dtype, size_class, elems_per_load, warps, "
-                          "stages, programs_per_sm, default_us, best_us, noise_us, tuned_shape, library_version, "
-                          "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                          "code_version, channels_per_group, x_dtype, y_dtype, size_class, layout, activation, "
+                          "elems_per_load, warps, stages, programs_per_sm, default_us, best_us, noise_us, tuned_shape, "
+                          "library_version, created_at) "
+                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     bind_key(ins, entry.key);
-    ins.bind(11, entry.winner.elems_per_load);
-    ins.bind(12, entry.winner.warps);
-    ins.bind(13, entry.winner.stages);
-    ins.bind(14, entry.winner.programs_per_sm);
-    ins.bind(15, entry.default_us);
-    ins.bind(16, entry.best_us);
-    ins.bind(17, entry.noise_us);
-    ins.bind(18, entry.tuned_shape);
-    ins.bind(19, entry.library_version);
-    ins.bind(20, static_cast<int64_t>(entry.created_at));
+    constexpr int v = kKeyColumns + 1;  // the first value after the key
+    ins.bind(v + 0, entry.winner.elems_per_load);
+    ins.bind(v + 1, entry.winner.warps);
+    ins.bind(v + 2, entry.winner.stages);
+    ins.bind(v + 3, entry.winner.programs_per_sm);
+    ins.bind(v + 4, entry.default_us);
+    ins.bind(v + 5, entry.best_us);
+    ins.bind(v + 6, entry.noise_us);
+    ins.bind(v + 7, entry.tuned_shape);
+    ins.bind(v + 8, entry.library_version);
+    ins.bind(v + 9, static_cast<int64_t>(entry.created_at));
     ins.exec();
     const int64_t id = db_->getLastInsertRowid();
     SQLite::Statement t(*db_,

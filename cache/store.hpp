@@ -20,7 +20,7 @@ class Database;
 
 namespace gnsilu::cache {
 
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 
 class Store {
  public:
@@ -40,7 +40,9 @@ class Store {
   int schema_version() const;   // of the file as opened (0 for a new file before migration)
 
   std::optional<TuningEntry> find_tuning(const TuningKey& key);
-  bool put_tuning(const TuningEntry& entry);  // replaces an entry with the same key
+  // Replaces an entry with the same key. A key whose layout or activation is not one of the enums' values is
+  // refused (false; nothing written, the store stays writable): it could never be found again.
+  bool put_tuning(const TuningEntry& entry);
   std::vector<TuningEntry> all_tuning();
   bool remove_tuning(const TuningKey& key);
 
@@ -58,7 +60,14 @@ class Store {
   // Applies migration steps [1, up_to] only (tests build files of an older schema with it).
   static bool create_at_version(const std::string& path, int up_to);
 
+  // Like Store(path, Mode::ReadOnly), except that a file of an older schema, which a read-only store cannot use,
+  // is read through a copy of it in memory (SQLite's online backup: one consistent snapshot; the file is only
+  // read) upgraded there to the current schema: how gnsilu-tune lists, exports and imports old files without
+  // changing them. Never throws; check usable().
+  static std::unique_ptr<Store> read_upgraded(const std::string& path, int busy_timeout_ms = 5000);
+
  private:
+  Store(std::string path, int busy_timeout_ms, bool upgrade_copy);
   enum class Health { Ok, ReadOnly, Unusable };
   void fail(Health health, const std::string& what, const std::string& advice);
   void open(int busy_timeout_ms);
@@ -72,6 +81,7 @@ class Store {
   std::string problem_;
   int schema_version_ = 0;
   bool warned_ = false;
+  bool upgrade_copy_ = false;  // read_upgraded: an older schema is read through an upgraded copy in memory
 };
 
 }  // namespace gnsilu::cache

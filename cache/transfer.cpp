@@ -142,6 +142,22 @@ class Reader {
     if (d == DType::None) fail(where + "." + name, "\"" + s + "\" is not bf16, fp16 or fp32");
     return d;
   }
+  // A key's layout or activation: absent in export files written before keys had them (format version 1),
+  // where every entry was channels-first GroupNorm+SiLU; required from version 2.
+  Layout layout(const json& object, const std::string& where, bool required) const {
+    if (!required && object.is_object() && !object.contains("layout")) return Layout::ChannelsFirst;
+    const std::string s = text(object, "layout", where);
+    Layout l = Layout::ChannelsFirst;
+    if (!layout_from_name(s, l)) fail(where + ".layout", "\"" + s + "\" is not nchw or nhwc");
+    return l;
+  }
+  Activation activation(const json& object, const std::string& where, bool required) const {
+    if (!required && object.is_object() && !object.contains("activation")) return Activation::SiLU;
+    const std::string s = text(object, "activation", where);
+    Activation a = Activation::SiLU;
+    if (!activation_from_name(s, a)) fail(where + ".activation", "\"" + s + "\" is not silu or none");
+    return a;
+  }
   LaunchConfig config(const json& object, const char* name, const std::string& where) const {
     const json& v = field(object, name, where);
     const std::string here = where + "." + name;
@@ -163,7 +179,7 @@ class Reader {
   std::string what_;
 };
 
-TuningEntry parse_entry(const Reader& r, const json& j, const std::string& where) {
+TuningEntry parse_entry(const Reader& r, const json& j, const std::string& where, int64_t version) {
   constexpr int64_t big = std::numeric_limits<int>::max();
   TuningEntry e;
   const json& key = r.field(j, "key", where);
@@ -180,6 +196,8 @@ TuningEntry parse_entry(const Reader& r, const json& j, const std::string& where
   e.key.x_dtype = r.dtype(key, "x_dtype", kw);
   e.key.y_dtype = r.dtype(key, "y_dtype", kw);
   e.key.size_class = r.text(key, "size_class", kw);
+  e.key.layout = r.layout(key, kw, version >= 2);
+  e.key.activation = r.activation(key, kw, version >= 2);
   e.winner = r.config(j, "winner", where);
   e.default_us = r.number(j, "default_us", where);
   e.best_us = r.number(j, "best_us", where);
@@ -252,6 +270,8 @@ json key_json(const TuningKey& k) {
           {"channels_per_group", k.channels_per_group},
           {"x_dtype", dtype_name(k.x_dtype)},
           {"y_dtype", dtype_name(k.y_dtype)},
+          {"layout", layout_name(k.layout)},
+          {"activation", activation_name(k.activation)},
           {"size_class", k.size_class}};
 }
 
@@ -298,15 +318,15 @@ Bundle parse_export(std::string_view text, const std::string& what) {
                         "\")");
   }
   const int64_t v = r.integer(doc, "format_version", "document", 0, std::numeric_limits<int>::max());
-  if (v != kExportVersion) {
-    throw TransferError(what + ": export format version " + std::to_string(v) + "; this gnsilu reads version " +
+  if (v < 1 || v > kExportVersion) {
+    throw TransferError(what + ": export format version " + std::to_string(v) + "; this gnsilu reads versions 1 to " +
                         std::to_string(kExportVersion));
   }
   Bundle b;
   const json& tuning = r.field(doc, "tuning", "document");
   if (!tuning.is_array()) r.fail("tuning", "is not an array");
   for (std::size_t i = 0; i < tuning.size(); ++i) {
-    b.tuning.push_back(parse_entry(r, tuning[i], "tuning[" + std::to_string(i) + "]"));
+    b.tuning.push_back(parse_entry(r, tuning[i], "tuning[" + std::to_string(i) + "]", v));
   }
   const json& kernels = r.field(doc, "kernels", "document");
   if (!kernels.is_array()) r.fail("kernels", "is not an array");
@@ -323,10 +343,11 @@ Bundle read_bundle(const std::string& path, bool with_kernels) {
   if (in.bad()) throw TransferError(path + ": read failed");
   constexpr std::string_view kSqliteMagic("SQLite format 3\0", 16);
   if (text.size() >= kSqliteMagic.size() && std::string_view(text).substr(0, kSqliteMagic.size()) == kSqliteMagic) {
-    Store store(path, Store::Mode::ReadOnly);
-    if (!store.usable()) throw TransferError(path + ": " + store.problem());
-    Bundle b = bundle_of(store, with_kernels);
-    if (!store.usable()) throw TransferError(path + ": " + store.problem());
+    // A file of an older schema is read through an upgraded copy in memory: an input is never changed.
+    const auto store = Store::read_upgraded(path);
+    if (!store->usable()) throw TransferError(path + ": " + store->problem());
+    Bundle b = bundle_of(*store, with_kernels);
+    if (!store->usable()) throw TransferError(path + ": " + store->problem());
     return b;
   }
   Bundle b = parse_export(text, path);

@@ -34,7 +34,10 @@ struct Bundle {
 };
 
 constexpr std::string_view kExportFormat = "gnsilu-cache-export";
-constexpr int kExportVersion = 1;
+// 2: keys carry "layout" and "activation". Version 1 files (without them) still read, as nchw / silu; a gnsilu
+// that reads only version 1 refuses version 2 files rather than take channels-last or plain GroupNorm entries
+// for channels-first GroupNorm+SiLU ones.
+constexpr int kExportVersion = 2;
 
 // The export format's JSON of a key, a launch configuration and a candidate's timing (gnsilu-tune's --json
 // output uses the same fields).
@@ -45,12 +48,13 @@ nlohmann::json candidate_json(const CandidateTiming& candidate);
 // Everything `store` holds (kernels only when `with_kernels`).
 Bundle bundle_of(Store& store, bool with_kernels);
 
-// An export file or a SQLite cache file (told apart by the first bytes). Throws TransferError.
+// An export file or a SQLite cache file (told apart by the first bytes; a cache file of an older schema is read
+// through an upgraded copy in memory, Store::read_upgraded). Throws TransferError.
 Bundle read_bundle(const std::string& path, bool with_kernels = true);
 
 // The export format as text, and back (`what` names the source in errors). parse_export throws TransferError
-// for anything that is not a well-formed export of a known version: wrong types, unknown dtypes, configurations
-// out of range, kernels whose checksum does not match.
+// for anything that is not a well-formed export of a known version: wrong types, unknown dtypes, layouts or
+// activations, configurations out of range, kernels whose checksum does not match.
 std::string export_text(const Bundle& bundle);
 Bundle parse_export(std::string_view text, const std::string& what);
 

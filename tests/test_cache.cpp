@@ -124,7 +124,7 @@ TEST_CASE("a new file gets the current schema; entries and kernels round-trip") 
 TEST_CASE("every key field separates entries") {
   TempDir dir("cache-test");
   Store s(dir.file("c.sqlite"), Store::Mode::ReadWrite);
-  std::vector<TuningKey> keys(9, key());
+  std::vector<TuningKey> keys(12, key());
   keys[1].device.name = "NVIDIA H100 80GB HBM3";
   keys[2].device.arch = 89;
   keys[3].device.sms = 114;
@@ -133,6 +133,10 @@ TEST_CASE("every key field separates entries") {
   keys[6].channels_per_group = 16;
   keys[7].y_dtype = gnsilu::DType::FP16;
   keys[8].size_class = "l2-split";
+  keys[9].layout = gnsilu::Layout::ChannelsLast;
+  keys[10].activation = gnsilu::Activation::None;
+  keys[11].layout = gnsilu::Layout::ChannelsLast;
+  keys[11].activation = gnsilu::Activation::None;
   for (std::size_t i = 0; i < keys.size(); ++i) REQUIRE(s.put_tuning(entry(keys[i], static_cast<int>(i + 1))));
   for (std::size_t i = 0; i < keys.size(); ++i) CHECK(s.find_tuning(keys[i])->winner.warps == static_cast<int>(i + 1));
   CHECK(s.all_tuning().size() == keys.size());
@@ -163,6 +167,8 @@ TEST_CASE("an older schema is migrated with its rows kept; a newer one is left a
     REQUIRE(e.has_value());
     CHECK(e->winner == gnsilu::LaunchConfig{32, 8, 2, 2});
     CHECK(e->library_version == "0.0.9");
+    CHECK(e->key.layout == gnsilu::Layout::ChannelsFirst);
+    CHECK(e->key.activation == gnsilu::Activation::SiLU);
     CHECK(s.put_kernel({90, "v", "x"}, {true, {'a'}, {"n"}, "", ""}));
   }
   // A read-only layer of an older schema cannot be upgraded: skipped, untouched.
@@ -190,6 +196,223 @@ TEST_CASE("an older schema is migrated with its rows kept; a newer one is left a
     CHECK_FALSE(s.put_tuning(entry(key())));
   }
   CHECK(read_bytes(newer) == before);
+}
+
+namespace {
+
+// A schema-2 file (before layouts and activations) holding two entries with their timings and a kernel, written
+// the way gnsilu of that schema wrote them; returns the row ids of the entries.
+std::vector<int64_t> schema_2_file(const std::string& path) {
+  REQUIRE(Store::create_at_version(path, 2));
+  SQLite::Database db(path, SQLite::OPEN_READWRITE);
+  REQUIRE(db.execAndGet("PRAGMA user_version").getInt() == 2);
+  std::vector<int64_t> ids;
+  for (int cpg : {4, 16}) {
+    // Row ids far from 1 and 2, so that a rebuild that renumbered rows would be seen.
+    db.exec("INSERT INTO tuning (id, device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version, "
+            "channels_per_group, x_dtype, y_dtype, size_class, elems_per_load, warps, stages, programs_per_sm, "
+            "default_us, best_us, noise_us, tuned_shape, library_version, created_at) VALUES (" +
+            std::to_string(100 + 7 * cpg) + ", 'NVIDIA H200', 90, 132, 143771, 61440, 'abc123-0011223344556677', " +
+            std::to_string(cpg) + ", 'bf16', 'bf16', 'dram-split', 8, 4, 2, 8, 300.5, 250.25, 2.5, " +
+            "'1x128x1024x1024 G=32', '0.1.0', 1764430000)");
+    ids.push_back(db.getLastInsertRowid());
+    for (int c = 0; c < 3; ++c) {
+      db.exec("INSERT INTO timings (tuning_id, elems_per_load, warps, stages, programs_per_sm, median_us, noise_us, "
+              "samples, status) VALUES (" + std::to_string(ids.back()) + ", 16, " + std::to_string(4 << c) +
+              ", 1, 4, " + std::to_string(260 + c) + ", 1.5, 9, '" + (c == 2 ? "wrong output" : "ok") + "')");
+    }
+  }
+  KernelImage image{true, std::vector<char>(300, 'k'), {"a", "b", "c", "d"}, "--fmad=false", "13.0"};
+  const std::string names = "a\nb\nc\nd";
+  SQLite::Statement k(db, "INSERT INTO kernels (arch, code_version, variant, nvrtc_version, options, is_cubin, "
+                          "lowered_names, image, checksum, library_version, created_at) "
+                          "VALUES (90, 'v', 'bf16-bf16-e16-w8-s1', '13.0', '', 1, ?, ?, ?, '0.1.0', 1)");
+  k.bind(1, names);
+  k.bind(2, static_cast<const void*>(image.image.data()), static_cast<int>(image.image.size()));
+  k.bind(3, kernel_checksum(image.image, names));
+  k.exec();
+  db.exec("PRAGMA journal_mode = DELETE");
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("schema 2 migrates to 3: rows keep their ids, timings and values, and become nchw / silu") {
+  TempDir dir("cache-test");
+  const std::string path = dir.file("v2.sqlite");
+  const std::vector<int64_t> ids = schema_2_file(path);
+  {
+    Store s(path, Store::Mode::ReadWrite);
+    REQUIRE(s.writable());
+    CHECK(s.schema_version() == 3);
+    const auto all = s.all_tuning();
+    REQUIRE(all.size() == 2);
+    for (const auto& e : all) {
+      CHECK(e.key.layout == gnsilu::Layout::ChannelsFirst);
+      CHECK(e.key.activation == gnsilu::Activation::SiLU);
+      CHECK(e.winner == gnsilu::LaunchConfig{8, 4, 2, 8});
+      CHECK(e.best_us == 250.25);
+      CHECK(e.tuned_shape == "1x128x1024x1024 G=32");
+      REQUIRE(e.candidates.size() == 3);  // the timings still point at their rows
+      CHECK(e.candidates[1].config.warps == 8);
+      CHECK(e.candidates[2].status == "wrong output");
+    }
+    const auto found = s.find_tuning(key(16));
+    REQUIRE(found.has_value());
+    CHECK(found->key == key(16));
+    CHECK(found->candidates.size() == 3);
+    CHECK(s.find_kernel({90, "v", "bf16-bf16-e16-w8-s1"}).has_value());
+  }
+  SQLite::Database db(path, SQLite::OPEN_READONLY);
+  CHECK(db.execAndGet("PRAGMA user_version").getInt() == 3);
+  CHECK(db.execAndGet("SELECT value FROM meta WHERE name = 'schema'").getString() == "3");
+  CHECK(db.execAndGet("PRAGMA integrity_check").getString() == "ok");
+  CHECK_FALSE(db.tableExists("tuning_v3"));
+  // Same row ids; the index of the timings is still there; the UNIQUE key holds the new columns.
+  SQLite::Statement rows(db, "SELECT id, layout, activation FROM tuning ORDER BY id");
+  std::vector<int64_t> after;
+  while (rows.executeStep()) {
+    after.push_back(rows.getColumn(0).getInt64());
+    CHECK(rows.getColumn(1).getString() == "nchw");
+    CHECK(rows.getColumn(2).getString() == "silu");
+  }
+  CHECK(after == ids);
+  CHECK(db.execAndGet("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'timings_by_tuning'").getInt() == 1);
+  CHECK(db.execAndGet("SELECT count(*) FROM timings WHERE tuning_id NOT IN (SELECT id FROM tuning)").getInt() == 0);
+  const std::string unique_key = db.execAndGet("SELECT sql FROM sqlite_master WHERE name = 'tuning'").getString();
+  CHECK(unique_key.find("size_class, layout, activation)") != std::string::npos);
+  // A process of schema 2 that had the file open before the migration still saves what it tuned, as nchw / silu.
+  {
+    SQLite::Database old_process(path, SQLite::OPEN_READWRITE);
+    old_process.exec("INSERT INTO tuning (device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, "
+                     "code_version, channels_per_group, x_dtype, y_dtype, size_class, elems_per_load, warps, stages, "
+                     "programs_per_sm, default_us, best_us, noise_us, tuned_shape, library_version, created_at) VALUES "
+                     "('NVIDIA H200', 90, 132, 143771, 61440, 'abc123-0011223344556677', 32, 'bf16', 'bf16', "
+                     "'dram-split', 32, 16, 1, 2, 10, 9, 0.1, 's', '0.1.0', 1)");
+  }
+  Store s(path, Store::Mode::ReadWrite);
+  const auto saved = s.find_tuning(key(32));
+  REQUIRE(saved.has_value());
+  CHECK(saved->winner == gnsilu::LaunchConfig{32, 16, 1, 2});
+}
+
+TEST_CASE("layout and activation are key columns: an nhwc / none entry lives beside its nchw / silu twin") {
+  TempDir dir("cache-test");
+  const std::string path = dir.file("v2.sqlite");
+  schema_2_file(path);
+  Store s(path, Store::Mode::ReadWrite);
+  REQUIRE(s.writable());
+  TuningKey twin = key(4);
+  twin.layout = gnsilu::Layout::ChannelsLast;
+  twin.activation = gnsilu::Activation::None;
+  CHECK_FALSE(s.find_tuning(twin).has_value());  // the migrated nchw / silu entry is not the twin's
+  REQUIRE(s.put_tuning(entry(twin, 32)));
+  CHECK(s.all_tuning().size() == 3);
+  const auto old_one = s.find_tuning(key(4));
+  const auto new_one = s.find_tuning(twin);
+  REQUIRE(old_one.has_value());
+  REQUIRE(new_one.has_value());
+  CHECK(old_one->winner.warps == 4);
+  CHECK(old_one->key.layout == gnsilu::Layout::ChannelsFirst);
+  CHECK(new_one->winner.warps == 32);
+  CHECK(new_one->key == twin);
+  CHECK(new_one->candidates.size() == 3);
+  // Only the layout differs, or only the activation: separate entries too.
+  TuningKey nhwc_silu = key(4), nchw_none = key(4);
+  nhwc_silu.layout = gnsilu::Layout::ChannelsLast;
+  nchw_none.activation = gnsilu::Activation::None;
+  REQUIRE(s.put_tuning(entry(nhwc_silu, 2)));
+  REQUIRE(s.put_tuning(entry(nchw_none, 1)));
+  CHECK(s.all_tuning().size() == 5);
+  CHECK(s.find_tuning(nhwc_silu)->winner.warps == 2);
+  CHECK(s.find_tuning(nchw_none)->winner.warps == 1);
+  CHECK(s.find_tuning(twin)->winner.warps == 32);
+  // Replacing and removing touch only the entry of that key.
+  REQUIRE(s.put_tuning(entry(twin, 16)));
+  CHECK(s.all_tuning().size() == 5);
+  CHECK(s.find_tuning(key(4))->winner.warps == 4);
+  REQUIRE(s.remove_tuning(twin));
+  CHECK_FALSE(s.find_tuning(twin).has_value());
+  CHECK(s.find_tuning(key(4)).has_value());
+  CHECK(s.all_tuning().size() == 4);
+}
+
+TEST_CASE("an older schema read-only: refused as before; read_upgraded reads it through a copy, never writing") {
+  TempDir dir("cache-test");
+  const std::string path = dir.file("v2.sqlite");
+  schema_2_file(path);
+  const std::string before = read_bytes(path);
+  {
+    Store s(path, Store::Mode::ReadOnly);
+    CHECK_FALSE(s.usable());
+    CHECK(s.problem().find("older schema (2)") != std::string::npos);
+    CHECK(s.all_tuning().empty());
+  }
+  {
+    const auto s = Store::read_upgraded(path);
+    REQUIRE(s->usable());
+    CHECK_FALSE(s->writable());
+    CHECK(s->schema_version() == kSchemaVersion);
+    const auto all = s->all_tuning();
+    REQUIRE(all.size() == 2);
+    CHECK(all[0].key.layout == gnsilu::Layout::ChannelsFirst);
+    CHECK(all[0].key.activation == gnsilu::Activation::SiLU);
+    CHECK(all[1].candidates.size() == 3);
+    CHECK(s->find_tuning(key(4)).has_value());
+    CHECK(s->kernel_count() == 1);
+    CHECK(s->find_kernel({90, "v", "bf16-bf16-e16-w8-s1"}).has_value());
+    CHECK_FALSE(s->put_tuning(entry(key(8))));
+    CHECK(s->claim("k", "me", 5) == Store::Claim::Unavailable);
+  }
+  CHECK(read_bytes(path) == before);
+  // A current file reads the same as through Store(ReadOnly); a foreign or newer one stays refused.
+  const std::string current = populated(dir, "v3.sqlite", 2);
+  CHECK(Store::read_upgraded(current)->all_tuning().size() == 2);
+  const std::string other = dir.file("other.sqlite");
+  {
+    SQLite::Database db(other, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE);
+    db.exec("CREATE TABLE songs (title TEXT)");
+  }
+  CHECK_FALSE(Store::read_upgraded(other)->usable());
+  CHECK_FALSE(Store::read_upgraded(dir.file("missing.sqlite"))->usable());
+  CHECK_FALSE(fs::exists(dir.file("missing.sqlite")));
+  // Damage in an older file is found in its copy before it is migrated.
+  const std::string damaged = dir.file("v2-damaged.sqlite");
+  schema_2_file(damaged);
+  std::string bytes = read_bytes(damaged);
+  REQUIRE(bytes.size() > 2 * 4096);
+  for (std::size_t page = 1; page * 4096 < bytes.size(); ++page) bytes[page * 4096] = static_cast<char>(0x7F);
+  write_bytes(damaged, bytes);
+  {
+    const auto s = Store::read_upgraded(damaged);
+    CHECK_FALSE(s->usable());
+    CHECK(s->all_tuning().empty());
+  }
+  CHECK(read_bytes(damaged) == bytes);
+}
+
+TEST_CASE("keys with a layout or activation no name stands for: refused on put, rows of unknown texts skipped") {
+  TempDir dir("cache-test");
+  const std::string path = dir.file("c.sqlite");
+  Store s(path, Store::Mode::ReadWrite);
+  REQUIRE(s.put_tuning(entry(key(4))));
+  TuningKey bad_layout = key(8), bad_activation = key(8);
+  bad_layout.layout = static_cast<gnsilu::Layout>(7);
+  bad_activation.activation = static_cast<gnsilu::Activation>(-3);
+  CHECK_FALSE(s.put_tuning(entry(bad_layout)));
+  CHECK_FALSE(s.put_tuning(entry(bad_activation)));
+  CHECK(s.writable());  // a refused key is not a fault of the file
+  CHECK(s.all_tuning().size() == 1);
+  CHECK(s.put_tuning(entry(key(8))));
+  {
+    // A row another program (or damage) gave a layout this gnsilu does not know.
+    SQLite::Database db(path, SQLite::OPEN_READWRITE);
+    db.exec("UPDATE tuning SET layout = 'nchw16c' WHERE channels_per_group = 8");
+  }
+  CHECK(s.all_tuning().size() == 1);
+  CHECK_FALSE(s.find_tuning(key(8)).has_value());
+  CHECK(s.find_tuning(key(4)).has_value());
+  CHECK(s.usable());
 }
 
 TEST_CASE("files that are not usable caches are reported and never modified") {

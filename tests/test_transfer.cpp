@@ -6,7 +6,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+
+#include <SQLiteCpp/SQLiteCpp.h>
+
+#include <nlohmann/json.hpp>
 
 #include "kernels.hpp"
 #include "store.hpp"
@@ -63,15 +68,23 @@ std::string corrupt(std::string text, const std::string& from, const std::string
 
 TEST_CASE("the export format round-trips every field, including kernel bytes of any length") {
   Bundle b;
-  b.tuning = {entry(key(4), 8, 1.0), entry(key(16), 4, 2.0)};
+  TuningKey nhwc_none = key(4);
+  nhwc_none.layout = gnsilu::Layout::ChannelsLast;
+  nhwc_none.activation = gnsilu::Activation::None;
+  b.tuning = {entry(key(4), 8, 1.0), entry(key(16), 4, 2.0), entry(nhwc_none, 2, 1.0)};
   for (int n = 0; n < 5; ++n) {  // images of every length modulo 3 exercise base64 padding
     KernelRecord k = kernel(90 + n);
     k.image.image.resize(static_cast<std::size_t>(7 + n), 'z');
     b.kernels.push_back(k);
   }
   const Bundle back = parse_export(export_text(b), "test");
-  REQUIRE(back.tuning.size() == 2);
+  REQUIRE(back.tuning.size() == 3);
   CHECK(back.tuning[0].key == b.tuning[0].key);
+  CHECK(back.tuning[2].key == nhwc_none);
+  CHECK(back.tuning[2].key.layout == gnsilu::Layout::ChannelsLast);
+  CHECK(back.tuning[2].key.activation == gnsilu::Activation::None);
+  CHECK(back.tuning[0].key.layout == gnsilu::Layout::ChannelsFirst);
+  CHECK(back.tuning[0].key.activation == gnsilu::Activation::SiLU);
   CHECK(back.tuning[1].winner == b.tuning[1].winner);
   CHECK(back.tuning[0].candidates.size() == b.tuning[0].candidates.size());
   CHECK(back.tuning[0].candidates.back().status == "compile failed: no");
@@ -119,7 +132,10 @@ TEST_CASE("damaged or foreign inputs are refused with the file and the field nam
   };
   CHECK(message("") .find("in.json: is not JSON") == 0);
   CHECK(message("{\"tuning\": []}").find("not a gnsilu cache export") != std::string::npos);
-  CHECK(message(corrupt(good, "\"format_version\": 1", "\"format_version\": 99")).find("version 99") != std::string::npos);
+  CHECK(message(corrupt(good, "\"format_version\": " + std::to_string(kExportVersion), "\"format_version\": 99"))
+            .find("version 99") != std::string::npos);
+  CHECK(message(corrupt(good, "\"format_version\": " + std::to_string(kExportVersion), "\"format_version\": 0"))
+            .find("version 0") != std::string::npos);
   CHECK(message(corrupt(good, "\"x_dtype\": \"bf16\"", "\"x_dtype\": \"int8\"")).find("x_dtype") != std::string::npos);
   CHECK(message(corrupt(good, "\"warps\": 8", "\"warps\": 1000")).find("tuning[0].candidates[0].config") != std::string::npos);
   CHECK(message(corrupt(good, "\"best_us\": 250.0", "\"best_us\": -1")).find("best_us") != std::string::npos);
@@ -128,6 +144,18 @@ TEST_CASE("damaged or foreign inputs are refused with the file and the field nam
   CHECK(message(corrupt(good, "\"image\": \"", "\"image\": \"!")).find("base64") != std::string::npos);
   CHECK(message(corrupt(good, "\"checksum\": \"", "\"checksum\": \"0")).find("checksum") != std::string::npos);
   CHECK(message(good.substr(0, good.size() / 2)).find("not JSON") != std::string::npos);
+  // Layout and activation: known names only, strings only, and present in files of this format version.
+  CHECK(message(corrupt(good, "\"layout\": \"nchw\"", "\"layout\": \"nchw16c\"")).find("tuning[0].key.layout: \"nchw16c\"") !=
+        std::string::npos);
+  CHECK(message(corrupt(good, "\"layout\": \"nchw\"", "\"layout\": 1")).find("tuning[0].key.layout: is not a string") !=
+        std::string::npos);
+  CHECK(message(corrupt(good, "\"activation\": \"silu\"", "\"activation\": \"gelu\"")).find("tuning[0].key.activation: \"gelu\"") !=
+        std::string::npos);
+  CHECK(message(corrupt(good, "\"activation\": \"silu\"", "\"activation\": null")).find("tuning[0].key.activation") !=
+        std::string::npos);
+  CHECK(message(corrupt(good, "\"layout\": \"nchw\",", "")).find("tuning[0].key: has no \"layout\"") != std::string::npos);
+  CHECK(message(corrupt(good, "\"activation\": \"silu\",", "")).find("tuning[0].key: has no \"activation\"") !=
+        std::string::npos);
   CHECK(message(good) == "accepted");
 
   CHECK_THROWS_AS(read_bundle(dir.file("missing.json")), TransferError);
@@ -137,6 +165,102 @@ TEST_CASE("damaged or foreign inputs are refused with the file and the field nam
   }
   CHECK_THROWS_AS(read_bundle(dir.file("fake.sqlite")), TransferError);
   CHECK(fs::file_size(dir.file("fake.sqlite")) == 16 + 5000);  // never modified
+}
+
+TEST_CASE("an export written before keys had layouts (format version 1) reads as nchw / silu") {
+  Bundle b;
+  b.tuning = {entry(key(4), 8, 1.0), entry(key(16), 4, 2.0)};
+  b.kernels = {kernel(90)};
+  // The file as the gnsilu of format version 1 wrote it: no "layout", no "activation".
+  nlohmann::json doc = nlohmann::json::parse(export_text(b));
+  REQUIRE(doc["format_version"] == kExportVersion);
+  doc["format_version"] = 1;
+  for (auto& e : doc["tuning"]) {
+    REQUIRE(e["key"].erase("layout") == 1);
+    REQUIRE(e["key"].erase("activation") == 1);
+  }
+  const std::string v1 = doc.dump(1);
+  REQUIRE(v1.find("layout") == std::string::npos);
+  const Bundle back = parse_export(v1, "old.json");
+  REQUIRE(back.tuning.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(back.tuning[i].key == b.tuning[i].key);
+    CHECK(back.tuning[i].key.layout == gnsilu::Layout::ChannelsFirst);
+    CHECK(back.tuning[i].key.activation == gnsilu::Activation::SiLU);
+    CHECK(back.tuning[i].winner == b.tuning[i].winner);
+  }
+  REQUIRE(back.kernels.size() == 1);
+  // A version 1 file that names them anyway is read the same way, and checked the same way.
+  nlohmann::json named = nlohmann::json::parse(export_text(b));
+  named["format_version"] = 1;
+  named["tuning"][1]["key"]["layout"] = "nhwc";
+  CHECK(parse_export(named.dump(), "old.json").tuning[1].key.layout == gnsilu::Layout::ChannelsLast);
+  named["tuning"][1]["key"]["layout"] = "nhcw";
+  try {
+    parse_export(named.dump(), "old.json");
+    FAIL("an unknown layout was accepted");
+  } catch (const TransferError& e) {
+    CHECK(std::string(e.what()).find("old.json: tuning[1].key.layout") != std::string::npos);
+  }
+  // Merging the old file into entries of today: its entries are the nchw / silu ones.
+  Bundle today;
+  TuningKey nhwc = key(4);
+  nhwc.layout = gnsilu::Layout::ChannelsLast;
+  today.tuning = {entry(nhwc, 16, 1.0)};
+  const MergeReport r = merge(today, back);
+  CHECK(r.added == 2);
+  CHECK(r.conflicts.empty());
+}
+
+TEST_CASE("entries differing only in layout or activation are different keys when merging") {
+  TuningKey nhwc = key(4), none = key(4);
+  nhwc.layout = gnsilu::Layout::ChannelsLast;
+  none.activation = gnsilu::Activation::None;
+  Bundle into;
+  into.tuning = {entry(key(4), 8, 1.0)};
+  Bundle incoming;
+  incoming.tuning = {entry(nhwc, 16, 0.5), entry(none, 2, 0.5), entry(key(4), 4, 0.5)};
+  const MergeReport r = merge(into, incoming);
+  CHECK(r.added == 2);
+  CHECK(r.replaced == 1);  // only the nchw / silu entry conflicted
+  REQUIRE(r.conflicts.size() == 1);
+  CHECK(r.conflicts[0].key == key(4));
+  REQUIRE(into.tuning.size() == 3);
+  CHECK(into.tuning[0].winner.warps == 4);
+  CHECK(into.tuning[1].key == nhwc);
+  CHECK(into.tuning[2].key == none);
+  // Through a store and back.
+  TempDir dir("transfer-test");
+  Store s(dir.file("c.sqlite"), Store::Mode::ReadWrite);
+  CHECK(merge_into(s, into).added == 3);
+  CHECK(s.find_tuning(nhwc)->winner.warps == 16);
+  CHECK(s.find_tuning(none)->winner.warps == 2);
+  CHECK(s.find_tuning(key(4))->winner.warps == 4);
+  CHECK(merge_into(s, into).identical == 3);
+}
+
+TEST_CASE("a cache file of an older schema is read without being changed") {
+  TempDir dir("transfer-test");
+  const std::string path = dir.file("v2.sqlite");
+  REQUIRE(Store::create_at_version(path, 2));
+  {
+    SQLite::Database db(path, SQLite::OPEN_READWRITE);
+    db.exec("INSERT INTO tuning (device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version, "
+            "channels_per_group, x_dtype, y_dtype, size_class, elems_per_load, warps, stages, programs_per_sm, "
+            "default_us, best_us, noise_us, tuned_shape, library_version, created_at) VALUES ('NVIDIA H200', 90, 132, "
+            "143771, 61440, 'v1', 4, 'bf16', 'bf16', 'dram-split', 16, 8, 1, 4, 300, 250, 1, 's', '0.1.0', 1000)");
+    db.exec("PRAGMA journal_mode = DELETE");
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::string before((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const Bundle b = read_bundle(path);
+  REQUIRE(b.tuning.size() == 1);
+  CHECK(b.tuning[0].key == key(4));
+  CHECK(b.tuning[0].key.layout == gnsilu::Layout::ChannelsFirst);
+  CHECK(b.tuning[0].key.activation == gnsilu::Activation::SiLU);
+  std::ifstream again(path, std::ios::binary);
+  CHECK(std::string((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>()) == before);
+  CHECK(parse_export(export_text(b), "e.json").tuning[0].key == key(4));
 }
 
 TEST_CASE("better measured: more candidates timed, then lower relative noise, then newer") {

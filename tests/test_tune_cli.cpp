@@ -11,6 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include <SQLiteCpp/SQLiteCpp.h>
+
+#include "gnsilu/gnsilu.hpp"
 #include "kernels.hpp"
 #include "store.hpp"
 #include "temp_dir.hpp"
@@ -76,6 +79,33 @@ TuningEntry entry(const TuningKey& k, int warps, double noise) {
 
 const std::string& current() { return gnsilu::detail::code_version(); }
 
+TuningKey with_form(TuningKey k, gnsilu::Layout layout, gnsilu::Activation activation) {
+  k.layout = layout;
+  k.activation = activation;
+  return k;
+}
+
+// Stand-ins for the compiled kernels of every candidate code of one form for sm_90, in the cache file at `path`:
+// what `compile` finds there instead of running NVRTC (nothing loads them without a GPU).
+void fake_kernels(const std::string& path, gnsilu::DType x, gnsilu::DType y, gnsilu::Layout layout,
+                  gnsilu::Activation activation) {
+  Store s(path, Store::Mode::ReadWrite);
+  REQUIRE(s.writable());
+  for (const auto& c : gnsilu::candidate_configs()) {
+    const gnsilu::detail::Variant v{x, y, c, layout, activation};
+    KernelImage image;
+    image.image = {'f', 'a', 'k', 'e'};
+    image.lowered_names = {"a", "b", "c", "d"};
+    REQUIRE(s.put_kernel({90, current(), gnsilu::detail::code_name(v)}, image));
+  }
+}
+
+bool has(const json& list, const std::string& name) {
+  for (const auto& x : list)
+    if (x == name) return true;
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("help for every subcommand; argument errors exit 2 with one line") {
@@ -85,6 +115,13 @@ TEST_CASE("help for every subcommand; argument errors exit 2 with one line") {
     CHECK_MESSAGE(r.code == 0, sub);
     CHECK_MESSAGE(r.out.find("Exit codes") != std::string::npos, sub);
   }
+  for (const char* sub : {"warm", "compile"}) {
+    const Result r = tune(dir, std::string(sub) + " --help");
+    CHECK_MESSAGE(r.out.find("--layout") != std::string::npos, sub);
+    CHECK_MESSAGE(r.out.find("--activation") != std::string::npos, sub);
+    CHECK_MESSAGE(r.out.find("nhwc") != std::string::npos, sub);
+  }
+  CHECK(tune(dir, "warm --help").out.find("plain GroupNorm") != std::string::npos);
   CHECK(tune(dir, "--version").out.find("0.") != std::string::npos);
   struct Case {
     const char* args;
@@ -97,7 +134,13 @@ TEST_CASE("help for every subcommand; argument errors exit 2 with one line") {
                         Case{"warm --preset hunyuan-video --frames 10", "4k + 1"},
                         Case{"warm 1x64x8x8 --dtype int8", "int8"}, Case{"compile", "--arch"},
                         Case{"compile --arch 70", "7.5"}, Case{"show", "id"}, Case{"report r.pdf --format pdf", "html or svg"},
-                        Case{"verify --samples 1", "samples"}, Case{"warm --shapes-file missing.json", "missing.json"}}) {
+                        Case{"verify --samples 1", "samples"}, Case{"warm --shapes-file missing.json", "missing.json"},
+                        Case{"warm 1x64x8x8 --layout nchwx", "--layout: layout \"nchwx\""},
+                        Case{"warm 1x64x8x8 --layout nchw,channels_lost", "--layout: layout \"channels_lost\""},
+                        Case{"warm 1x64x8x8 --activation gelu", "--activation: activation \"gelu\""},
+                        Case{"warm --preset flux --activation silu,relu", "--activation: activation \"relu\""},
+                        Case{"compile --arch 90 --layout nhcw", "--layout: layout \"nhcw\""},
+                        Case{"compile --activation swish", "--activation: activation \"swish\""}}) {
     const Result r = tune(dir, c.args);
     CHECK_MESSAGE(r.code == 2, std::string(c.args) << " -> " << r.code << ": " << r.err);
     CHECK_MESSAGE(r.err.find(c.says) != std::string::npos, std::string(c.args) << ": " << r.err);
@@ -106,35 +149,104 @@ TEST_CASE("help for every subcommand; argument errors exit 2 with one line") {
 }
 
 TEST_CASE("compile and warm without a GPU fill the kernel cache, once") {
+  using gnsilu::Activation;
+  using gnsilu::DType;
+  using gnsilu::Layout;
   TempDir dir("tune-cli");
-  Result r = tune(dir, "compile --arch 90 --dtype bf16 --cache c.sqlite --json");
+  Result r = tune(dir, "compile --arch 90 --dtype bf16 --layout nchw --activation silu --cache c.sqlite --json");
   REQUIRE_MESSAGE(r.code == 0, r.err);
   json j = r.doc();
   CHECK(j["variants"] == 6);
   CHECK(j["compiled"] == 6);
-  r = tune(dir, "compile --arch 90 --dtype bf16 --cache c.sqlite --json");
+  CHECK(j["layouts"] == json::array({"nchw"}));
+  CHECK(j["activations"] == json::array({"silu"}));
+  r = tune(dir, "compile --arch 90 --dtype bf16 --layout nchw --activation silu --cache c.sqlite --json");
   CHECK(r.doc()["compiled"] == 0);
   CHECK(r.doc()["from_cache"] == 6);
-  // warm --preset flux with no GPU: compile only, for sm_90, saying why.
+  // Channels-last plain GroupNorm, compiled by NVRTC too: its own programs, saved under their own names.
+  r = tune(dir, "compile --arch 90 --dtype bf16 --layout channels-last --activation none --cache c.sqlite");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(r.out.find("6 compiled") != std::string::npos);
+  CHECK(r.err.find("bf16->bf16 nhwc none") != std::string::npos);
+  {
+    Store s(dir.file("c.sqlite"), Store::Mode::ReadOnly);
+    int nhwc_none = 0, nchw_silu = 0;
+    for (const auto& k : s.kernel_keys()) {
+      nhwc_none += k.variant.ends_with("-nhwc-none");
+      nchw_silu += k.variant.ends_with("-nchw-silu");
+    }
+    CHECK(nhwc_none == 6);
+    CHECK(nchw_silu == 6);
+  }
+  // The two other forms of bf16 from stand-ins: by default compile goes through both layouts and both activations.
+  fake_kernels(dir.file("c.sqlite"), DType::BF16, DType::BF16, Layout::ChannelsLast, Activation::SiLU);
+  fake_kernels(dir.file("c.sqlite"), DType::BF16, DType::BF16, Layout::ChannelsFirst, Activation::None);
+  r = tune(dir, "compile --arch 90 --dtype bf16 --cache c.sqlite --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  j = r.doc();
+  CHECK(j["variants"] == 24);
+  CHECK(j["compiled"] == 0);
+  CHECK(j["from_cache"] == 24);
+  CHECK(j["layouts"] == json::array({"nchw", "nhwc"}));
+  CHECK(j["activations"] == json::array({"silu", "none"}));
+  // warm --preset flux with no GPU: compile only, for sm_90, saying why; both layouts, and the attention's plain
+  // GroupNorm besides GroupNorm+SiLU.
   r = tune(dir, "warm --preset flux --dtype bf16 --cache c.sqlite --json");
   REQUIRE_MESSAGE(r.code == 0, r.err);
   j = r.doc();
   CHECK(j["mode"] == "compile");
   CHECK(j["compiled"] == 0);
+  CHECK(j["variants"] == 24);
+  CHECK(j["layouts"] == json::array({"nchw", "nhwc"}));
+  CHECK(j["activations"] == json::array({"silu", "none"}));
   CHECK(j["note"].get<std::string>().find("no GPU here") != std::string::npos);
   r = tune(dir, "warm --preset flux --dtype bf16 --cache c.sqlite");
   CHECK(r.code == 0);
   CHECK(r.err.find("compiling kernels only") != std::string::npos);  // plain lines when piped
   CHECK(r.out.find("already in the cache") != std::string::npos);
-  // Shapes from a file, with their own dtypes.
-  std::ofstream(dir.file("shapes.json")) << R"({"shapes": ["1x256x32x32", {"shape": [2, 64, 16, 16], "groups": 8, "dtypes": ["fp16:fp32"]}]})";
+  // Narrowed: one layout; --activation keeps only the preset shapes of the activations named.
+  j = tune(dir, "warm --preset sdxl --dtype bf16 --layout nchw --cache c.sqlite --json").doc();
+  CHECK(j["variants"] == 12);
+  CHECK(j["layouts"] == json::array({"nchw"}));
+  j = tune(dir, "warm --preset flux --dtype bf16 --activation none --cache c.sqlite --json").doc();
+  CHECK(j["variants"] == 12);
+  CHECK(j["activations"] == json::array({"none"}));
+  j = tune(dir, "warm --preset hunyuan-video --part decoder --dtype bf16 --layout ndhwc --activation silu,none "
+                "--cache c.sqlite --json").doc();
+  CHECK(j["variants"] == 12);
+  CHECK(j["layouts"] == json::array({"nhwc"}));
+  CHECK(j["activations"] == json::array({"silu", "none"}));
+  CHECK(j["compiled"] == 0);
+  // Command-line shapes: silu unless --activation says otherwise; where both layouts are the same memory (no
+  // spatial elements) only the channels-first programs are needed.
+  j = tune(dir, "warm 1x64x8x8 --dtype bf16 --cache c.sqlite --json").doc();
+  CHECK(j["variants"] == 12);
+  CHECK(j["activations"] == json::array({"silu"}));
+  j = tune(dir, "warm 4x64 --dtype bf16 --activation none,silu --cache c.sqlite --json").doc();
+  CHECK(j["variants"] == 12);
+  CHECK(j["layouts"] == json::array({"nchw"}));
+  CHECK(j["activations"] == json::array({"none", "silu"}));
+  // Shapes from a file, with their own dtypes, layouts and activations (NVRTC for fp16:fp32 nhwc none).
+  std::ofstream(dir.file("shapes.json")) << R"({"shapes": ["1x256x32x32", {"shape": [2, 64, 16, 16], "groups": 8, "dtypes": ["fp16:fp32"], "layouts": ["nhwc"], "activations": ["none"]}]})";
   r = tune(dir, "warm --shapes-file shapes.json --dtype bf16 --cache c.sqlite --json");
   REQUIRE_MESSAGE(r.code == 0, r.err);
-  CHECK(r.doc()["variants"] == 12);  // bf16 and fp16:fp32
+  j = r.doc();
+  CHECK(j["variants"] == 18);  // bf16 in both layouts (silu), fp16:fp32 nhwc none
+  CHECK(j["compiled"] == 6);
+  CHECK(has(j["dtypes"], "fp16:fp32"));
   std::ofstream(dir.file("bad.json")) << R"({"shapes": [{"shape": [1, -3]}]})";
   r = tune(dir, "warm --shapes-file bad.json --cache c.sqlite");
   CHECK(r.code == 3);
   CHECK(r.err.find("bad.json item 0") != std::string::npos);
+  std::ofstream(dir.file("bad-layout.json")) << R"({"shapes": ["1x64x8x8", {"shape": [1, 64, 8, 8], "layouts": ["nhwx"]}]})";
+  r = tune(dir, "warm --shapes-file bad-layout.json --cache c.sqlite");
+  CHECK(r.code == 3);
+  CHECK(r.err.find("bad-layout.json item 1") != std::string::npos);
+  CHECK(r.err.find("\"nhwx\"") != std::string::npos);
+  std::ofstream(dir.file("bad-activation.json")) << R"([{"shape": [1, 64, 8, 8], "activations": "none"}])";
+  r = tune(dir, "warm --shapes-file bad-activation.json --cache c.sqlite");
+  CHECK(r.code == 3);
+  CHECK(r.err.find("activations must be") != std::string::npos);
 }
 
 TEST_CASE("list, show, export, import, merge: round trips and conflicts, parsed back from --json") {
@@ -275,4 +387,166 @@ TEST_CASE("prune drops other kernel versions; report draws every candidate") {
   CHECK(r.doc()["format"] == "svg");
   CHECK(slurp(dir.file("r.svg")).find("<svg xmlns") != std::string::npos);
   CHECK(tune(dir, "verify --cache a.sqlite").code == 5);  // re-timing needs a GPU
+}
+
+TEST_CASE("layouts and activations: list, show, report, export, import and merge keep them apart") {
+  using gnsilu::Activation;
+  using gnsilu::Layout;
+  TempDir dir("tune-cli");
+  const TuningKey nchw_silu = key(4, current());
+  const TuningKey nhwc_none = with_form(key(4, current()), Layout::ChannelsLast, Activation::None);
+  const TuningKey nhwc_silu = with_form(key(16, current()), Layout::ChannelsLast, Activation::SiLU);
+  {
+    Store a(dir.file("a.sqlite"), Store::Mode::ReadWrite);
+    REQUIRE(a.put_tuning(entry(nchw_silu, 8, 2.0)));
+    REQUIRE(a.put_tuning(entry(nhwc_none, 16, 1.0)));  // the same key but for its layout and activation
+    REQUIRE(a.put_tuning(entry(nhwc_silu, 4, 1.0)));
+  }
+  Result r = tune(dir, "list --cache a.sqlite --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  json j = r.doc();
+  REQUIRE(j["entries"].size() == 3);
+  CHECK(j["entries"][0]["key"]["layout"] == "nchw");
+  CHECK(j["entries"][0]["key"]["activation"] == "silu");
+  CHECK(j["entries"][1]["key"]["layout"] == "nhwc");
+  CHECK(j["entries"][1]["key"]["activation"] == "none");
+  CHECK(j["entries"][1]["winner"]["warps"] == 16);
+  r = tune(dir, "list --cache a.sqlite");
+  REQUIRE(r.code == 0);
+  {
+    const std::string header = r.out.substr(0, r.out.find('\n'));
+    CHECK(header.find("layout") != std::string::npos);
+    CHECK(header.find("activation") != std::string::npos);
+    // Row 2 names nhwc and none in the columns under those headers.
+    const auto row2 = r.out.find("\n2 ");
+    REQUIRE(row2 != std::string::npos);
+    const std::string line = r.out.substr(row2 + 1, r.out.find('\n', row2 + 1) - row2 - 1);
+    CHECK(line.find("nhwc") == header.find("layout"));
+    CHECK(line.find("none") == header.find("activation"));
+  }
+  r = tune(dir, "show 2 --cache a.sqlite");
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("layout:     nhwc (channels-last)") != std::string::npos);
+  CHECK(r.out.find("activation: none (plain GroupNorm)") != std::string::npos);
+  CHECK(r.out.find("bf16>bf16 nhwc none") != std::string::npos);
+  r = tune(dir, "show 1 --cache a.sqlite --json");
+  CHECK(r.doc()["key"]["layout"] == "nchw");
+  CHECK(r.doc()["key"]["activation"] == "silu");
+  r = tune(dir, "report r.html --cache a.sqlite");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  {
+    const std::string html = slurp(dir.file("r.html"));
+    CHECK(html.find("<th>layout</th><th>activation</th>") != std::string::npos);
+    CHECK(html.find("<td>nhwc</td><td>none</td>") != std::string::npos);
+    CHECK(html.find("<td>nchw</td><td>silu</td>") != std::string::npos);
+  }
+
+  // Export and back: the three stay three.
+  r = tune(dir, "export a.json --cache a.sqlite --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  const std::string text = slurp(dir.file("a.json"));
+  CHECK(text.find("\"layout\": \"nhwc\"") != std::string::npos);
+  CHECK(text.find("\"activation\": \"none\"") != std::string::npos);
+  r = tune(dir, "import a.json --cache b.sqlite --force --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(r.doc()["added"] == 3);
+  CHECK(r.doc()["conflicts"].empty());
+  {
+    Store b(dir.file("b.sqlite"), Store::Mode::ReadOnly);
+    CHECK(b.find_tuning(nhwc_none)->winner.warps == 16);
+    CHECK(b.find_tuning(nchw_silu)->winner.warps == 8);
+    CHECK(b.find_tuning(nhwc_silu)->winner.warps == 4);
+  }
+  // A conflict is only between entries of one layout and activation.
+  {
+    Store c(dir.file("c.sqlite"), Store::Mode::ReadWrite);
+    REQUIRE(c.put_tuning(entry(nhwc_none, 2, 0.5)));  // better measured than a's
+  }
+  r = tune(dir, "merge m.json a.sqlite c.sqlite --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  j = r.doc();
+  CHECK(j["entries"] == 3);
+  REQUIRE(j["conflicts"].size() == 1);
+  CHECK(j["conflicts"][0]["key"]["layout"] == "nhwc");
+  CHECK(j["conflicts"][0]["key"]["activation"] == "none");
+  CHECK(j["conflicts"][0]["kept"]["warps"] == 2);
+  r = tune(dir, "import c.sqlite --cache b.sqlite --force");
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("conflict NVIDIA H200 sm90 | cpg4 bf16>bf16 nhwc none | dram-split") != std::string::npos);
+
+  // An export from before keys had layouts (format version 1) imports as nchw / silu.
+  json old = json::parse(text);
+  old["format_version"] = 1;
+  json kept = json::array();
+  for (auto& e : old["tuning"]) {
+    if (e["key"]["layout"] != "nchw" || e["key"]["activation"] != "silu") continue;
+    e["key"].erase("layout");
+    e["key"].erase("activation");
+    kept.push_back(e);
+  }
+  old["tuning"] = kept;
+  std::ofstream(dir.file("old.json")) << old.dump(1);
+  r = tune(dir, "import old.json --cache d.sqlite --force --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(r.doc()["added"] == 1);
+  j = tune(dir, "list --cache d.sqlite --json").doc();
+  REQUIRE(j["entries"].size() == 1);
+  CHECK(j["entries"][0]["key"]["layout"] == "nchw");
+  CHECK(j["entries"][0]["key"]["activation"] == "silu");
+  // An unknown layout in an export: exit 3, naming the file and the field.
+  std::string bad = text;
+  bad.replace(bad.find("\"layout\": \"nhwc\""), 16, "\"layout\": \"nhcw\"");
+  std::ofstream(dir.file("bad.json")) << bad;
+  r = tune(dir, "import bad.json --cache d.sqlite --force");
+  CHECK(r.code == 3);
+  CHECK(r.err.find("bad.json: tuning[") != std::string::npos);
+  CHECK(r.err.find("].key.layout: \"nhcw\"") != std::string::npos);
+}
+
+TEST_CASE("a cache file of schema 2 is listed, shown, exported and imported without being changed") {
+  TempDir dir("tune-cli");
+  const std::string path = dir.file("v2.sqlite");
+  REQUIRE(Store::create_at_version(path, 2));
+  {
+    SQLite::Database db(path, SQLite::OPEN_READWRITE);
+    db.exec("INSERT INTO tuning (device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version, "
+            "channels_per_group, x_dtype, y_dtype, size_class, elems_per_load, warps, stages, programs_per_sm, "
+            "default_us, best_us, noise_us, tuned_shape, library_version, created_at) VALUES ('NVIDIA H200', 90, 132, "
+            "143771, 61440, '" + current() + "', 4, 'bf16', 'bf16', 'dram-split', 16, 8, 1, 4, 300, 250, 1, "
+            "'1x512x16384 G=32', '0.1.0', 1700000000)");
+    db.exec("INSERT INTO timings (tuning_id, elems_per_load, warps, stages, programs_per_sm, median_us, noise_us, "
+            "samples, status) VALUES (1, 16, 8, 1, 4, 250, 1, 9, 'ok')");
+    db.exec("PRAGMA journal_mode = DELETE");
+  }
+  const std::string before = slurp(path);
+  Result r = tune(dir, "list --cache v2.sqlite --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  json j = r.doc();
+  REQUIRE(j["entries"].size() == 1);
+  CHECK(j["entries"][0]["key"]["layout"] == "nchw");
+  CHECK(j["entries"][0]["key"]["activation"] == "silu");
+  CHECK(j["entries"][0]["winner"]["warps"] == 8);
+  CHECK(j["entries"][0]["current"] == true);
+  r = tune(dir, "show 1 --cache v2.sqlite --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(r.doc()["candidates"].size() == 1);
+  r = tune(dir, "export v2.json --cache v2.sqlite --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(r.doc()["entries"] == 1);
+  r = tune(dir, "import v2.sqlite --cache new.sqlite --force --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  CHECK(r.doc()["added"] == 1);
+  CHECK(tune(dir, "prune --cache v2.sqlite --dry-run --json").doc()["entries_removed"] == 0);
+  CHECK(slurp(path) == before);  // read, never upgraded in place by a reading command
+  {
+    Store fresh(dir.file("new.sqlite"), Store::Mode::ReadOnly);
+    const auto e = fresh.find_tuning(key(4, current()));
+    REQUIRE(e.has_value());
+    CHECK(e->winner.warps == 8);
+  }
+  // A command that writes the file upgrades it, as the library does.
+  r = tune(dir, "prune --cache v2.sqlite --json");
+  REQUIRE_MESSAGE(r.code == 0, r.err);
+  SQLite::Database db(path, SQLite::OPEN_READONLY);
+  CHECK(db.execAndGet("PRAGMA user_version").getInt() == kSchemaVersion);
 }

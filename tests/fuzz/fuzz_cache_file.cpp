@@ -1,8 +1,10 @@
 // libFuzzer target: a cache file of any content opened by gnsilu::cache::Store, read-only and read-write, and used.
 // The file starts from the input's own bytes or from one of a few real files made at start-up (a gnsilu cache with
 // entries, kernels and a lease; the same in rollback-journal mode; schema 1; another program's SQLite file; an
-// export of the first, as gnsilu-tune writes it), and the input then patches bytes, header fields, truncates or
-// appends; then a sequence of calls runs: the store's, and the import path's (read_bundle, merge_into).
+// export of the first, as gnsilu-tune writes it; a schema-2 cache with entries, kernels and a lease, from before
+// keys had a layout and an activation), and the input then patches bytes, header fields, truncates or appends;
+// then a sequence of calls runs: the store's, and the import path's (read_bundle, which reads a cache of an older
+// schema through Store::read_upgraded, and merge_into).
 //
 // Invariants (cache/store.hpp): nothing throws or crashes; a file the store cannot use (and every file opened
 // read-only) is never changed, truncated or deleted; an unusable store answers "not found"; what it returns is
@@ -35,8 +37,10 @@
 namespace {
 
 namespace fs = std::filesystem;
+using gnsilu::Activation;
 using gnsilu::DType;
 using gnsilu::LaunchConfig;
+using gnsilu::Layout;
 using gnsilu::cache::KernelImage;
 using gnsilu::cache::KernelKey;
 using gnsilu::cache::Store;
@@ -83,6 +87,8 @@ TuningKey make_key(int i) {
   k.x_dtype = static_cast<DType>(1 + i % 3);
   k.y_dtype = static_cast<DType>(1 + (i / 2) % 3);
   k.size_class = i % 2 ? "l2-fused" : "dram-split";
+  k.layout = i % 4 == 3 ? Layout::ChannelsLast : Layout::ChannelsFirst;
+  k.activation = i % 5 == 4 ? Activation::None : Activation::SiLU;
   return k;
 }
 
@@ -114,9 +120,89 @@ KernelImage make_image(int i) {
   return k;
 }
 
+// A schema-2 cache (before layouts and activations: key columns up to size_class) with the entries of the keys
+// `keys` (channels-first GroupNorm+SiLU ones, what schema 2 held), their timings, kernels 0 to 3 and the lease of
+// the current template, written with SQL as the gnsilu of that schema wrote them.
+void make_schema_2(const std::vector<std::size_t>& keys) {
+  Store::create_at_version(g_path, 2);
+  SQLite::Database db(g_path, SQLite::OPEN_READWRITE);
+  SQLite::Transaction t(db);
+  for (std::size_t i : keys) {
+    const TuningEntry e = make_entry(g_keys[i], static_cast<int>(i));
+    SQLite::Statement ins(db, "INSERT INTO tuning (device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, "
+                              "code_version, channels_per_group, x_dtype, y_dtype, size_class, elems_per_load, warps, "
+                              "stages, programs_per_sm, default_us, best_us, noise_us, tuned_shape, library_version, "
+                              "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    ins.bind(1, e.key.device.name);
+    ins.bind(2, e.key.device.arch);
+    ins.bind(3, e.key.device.sms);
+    ins.bind(4, static_cast<int64_t>(e.key.device.memory_mib));
+    ins.bind(5, e.key.device.l2_kib);
+    ins.bind(6, e.key.code_version);
+    ins.bind(7, static_cast<int64_t>(e.key.channels_per_group));
+    ins.bind(8, std::string(gnsilu::dtype_name(e.key.x_dtype)));
+    ins.bind(9, std::string(gnsilu::dtype_name(e.key.y_dtype)));
+    ins.bind(10, e.key.size_class);
+    ins.bind(11, e.winner.elems_per_load);
+    ins.bind(12, e.winner.warps);
+    ins.bind(13, e.winner.stages);
+    ins.bind(14, e.winner.programs_per_sm);
+    ins.bind(15, e.default_us);
+    ins.bind(16, e.best_us);
+    ins.bind(17, e.noise_us);
+    ins.bind(18, e.tuned_shape);
+    ins.bind(19, e.library_version);
+    ins.bind(20, static_cast<int64_t>(e.created_at));
+    ins.exec();
+    const int64_t id = db.getLastInsertRowid();
+    for (const auto& c : e.candidates) {
+      SQLite::Statement tim(db, "INSERT INTO timings (tuning_id, elems_per_load, warps, stages, programs_per_sm, "
+                                "median_us, noise_us, samples, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      tim.bind(1, id);
+      tim.bind(2, c.config.elems_per_load);
+      tim.bind(3, c.config.warps);
+      tim.bind(4, c.config.stages);
+      tim.bind(5, c.config.programs_per_sm);
+      tim.bind(6, c.median_us);
+      tim.bind(7, c.noise_us);
+      tim.bind(8, c.samples);
+      tim.bind(9, c.status);
+      tim.exec();
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    const KernelImage k = make_image(i);
+    std::string names;
+    for (const auto& n : k.lowered_names) names += (names.empty() ? "" : "\n") + n;
+    SQLite::Statement ins(db, "INSERT INTO kernels (arch, code_version, variant, nvrtc_version, options, is_cubin, "
+                              "lowered_names, image, checksum, library_version, created_at) "
+                              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '0.1.0', 1764000000)");
+    const KernelKey& key = g_kernels[static_cast<std::size_t>(i)];
+    ins.bind(1, key.arch);
+    ins.bind(2, key.code_version);
+    ins.bind(3, key.variant);
+    ins.bind(4, k.nvrtc_version);
+    ins.bind(5, k.options);
+    ins.bind(6, k.is_cubin ? 1 : 0);
+    ins.bind(7, names);
+    ins.bind(8, static_cast<const void*>(k.image.data()), static_cast<int>(k.image.size()));
+    ins.bind(9, gnsilu::cache::kernel_checksum(k.image, names));
+    ins.exec();
+  }
+  // The same lease as the current template's: held by another process for a day from start-up.
+  db.exec("INSERT INTO leases (key, owner, expires_at) VALUES ('lease-key', 'owner-a', "
+          "CAST(strftime('%s', 'now') AS REAL) + 86400)");
+  t.commit();
+}
+
 // The real files the inputs start from.
 void make_templates() {
   for (int i = 0; i < 8; ++i) g_keys.push_back(make_key(i));
+  // Twins of key 0 that differ from it only in the layout, or only in the activation.
+  g_keys.push_back(make_key(0));
+  g_keys.back().layout = Layout::ChannelsLast;
+  g_keys.push_back(make_key(0));
+  g_keys.back().activation = Activation::None;
   for (int i = 0; i < 6; ++i) g_kernels.push_back(make_kernel_key(i));
   remove_files();
   {
@@ -126,6 +212,7 @@ void make_templates() {
       std::abort();
     }
     for (int i = 0; i < 5; ++i) s.put_tuning(make_entry(g_keys[static_cast<std::size_t>(i)], i));
+    s.put_tuning(make_entry(g_keys[8], 5));  // key 0's channels-last twin, beside it
     for (int i = 0; i < 4; ++i) s.put_kernel(g_kernels[static_cast<std::size_t>(i)], make_image(i));
     s.claim("lease-key", "owner-a", 86400);  // held by another process for the longest lease allowed, a day
   }
@@ -148,6 +235,20 @@ void make_templates() {
   g_templates.push_back(read_file(g_path));  // 3: not a gnsilu cache
   remove_files();
   g_templates.push_back(Bytes(exported.begin(), exported.end()));  // 4: an export file (JSON)
+  make_schema_2({0, 1, 2});
+  g_templates.push_back(read_file(g_path));  // 5: schema 2 with entries (migrated when opened read-write)
+  remove_files();
+  {
+    // The schema-2 template must be one this gnsilu upgrades with its entries, and reads through a copy.
+    write_file(g_path, g_templates[5]);
+    const auto copy = Store::read_upgraded(g_path);
+    Store s(g_path, Store::Mode::ReadWrite, 1000);
+    if (copy->all_tuning().size() != 3 || s.all_tuning().size() != 3 || !s.find_tuning(g_keys[1])) {
+      std::fprintf(stderr, "fuzz_cache_file: the schema-2 template does not migrate: %s\n", s.problem().c_str());
+      std::abort();
+    }
+  }
+  remove_files();
   for (const auto& t : g_templates) {
     if (t.size() < 512) {
       std::fprintf(stderr, "fuzz_cache_file: a template is only %zu bytes\n", t.size());
@@ -159,11 +260,13 @@ void make_templates() {
 // Offsets of the SQLite header's fields (https://www.sqlite.org/fileformat.html), for targeted patches.
 constexpr uint32_t kHeaderFields[] = {16, 18, 19, 20, 21, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 64, 68, 92, 96, 100};
 
-enum class Start { Mutated, Populated, Empty };  // Empty: schema 1, migrated when opened read-write
+// Empty: schema 1, migrated when opened read-write. Populated: a cache with the template's entries and lease (the
+// current schema, or schema 2 migrated when opened read-write).
+enum class Start { Mutated, Populated, Empty };
 
 // The file's bytes from the input: a template or the input's own bytes, then patches.
 Bytes make_file(Input& in, Start& start) {
-  const uint8_t base = in.u8() % 7;
+  const uint8_t base = in.u8() % 8;
   Bytes file;
   if (base < 4) {
     file = g_templates[base];
@@ -171,8 +274,10 @@ Bytes make_file(Input& in, Start& start) {
     file = in.bytes(in.u16());
   } else if (base == 6) {
     file = g_templates[4];
+  } else if (base == 7) {
+    file = g_templates[5];
   }  // else: an empty file
-  start = base < 2 ? Start::Populated : base == 2 ? Start::Empty : Start::Mutated;
+  start = base < 2 || base == 7 ? Start::Populated : base == 2 ? Start::Empty : Start::Mutated;
   const int patches = in.u8() % 17;
   for (int i = 0; i < patches && !in.empty(); ++i) {
     start = Start::Mutated;
@@ -224,6 +329,9 @@ TuningKey any_key(Input& in) {
   k.channels_per_group = in.i64();
   k.x_dtype = static_cast<DType>(in.u8() % 4);
   k.size_class = in.text(12);
+  // 2: a value no name stands for (put_tuning refuses such a key).
+  k.layout = static_cast<Layout>(in.u8() % 3);
+  k.activation = static_cast<Activation>(in.u8() % 3);
   return k;
 }
 
@@ -269,6 +377,8 @@ void check_entry(const TuningEntry& e) {
   for (DType d : {e.key.x_dtype, e.key.y_dtype}) {
     REQUIRE(d == DType::None || d == DType::BF16 || d == DType::FP16 || d == DType::FP32, "dtype");
   }
+  REQUIRE(e.key.layout == Layout::ChannelsFirst || e.key.layout == Layout::ChannelsLast, "layout");
+  REQUIRE(e.key.activation == Activation::SiLU || e.key.activation == Activation::None, "activation");
   for (const auto& c : e.candidates) REQUIRE(c.status.size() < (std::size_t{1} << 30), "status");
 }
 
@@ -305,6 +415,12 @@ const Operation kOperations[] = {
       const TuningEntry e = any_entry(c.in);
       const bool ok = c.store.put_tuning(e);
       if (!writable) REQUIRE(!ok, "a store that cannot be written saved an entry");
+      const bool named = (e.key.layout == Layout::ChannelsFirst || e.key.layout == Layout::ChannelsLast) &&
+                         (e.key.activation == Activation::SiLU || e.key.activation == Activation::None);
+      if (!named) {
+        REQUIRE(!ok, "an entry whose layout or activation has no name was saved");
+        REQUIRE(c.store.writable() == writable, "a refused key changed whether the store can be written");
+      }
       if (ok && c.pristine) {
         const auto back = c.store.find_tuning(e.key);
         REQUIRE(back && back->key == e.key && back->winner == e.winner &&
@@ -498,7 +614,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   const Bytes file = make_file(in, start);
   if (std::getenv("GNSILU_FUZZ_TRACE") != nullptr) {
     std::fprintf(stderr, "fuzz_cache_file: a %zu-byte file, %s\n", file.size(),
-                 start == Start::Populated ? "a cache template" : start == Start::Empty ? "the schema-1 template" : "mutated");
+                 start == Start::Populated ? "a cache template (current or schema 2)"
+                 : start == Start::Empty   ? "the schema-1 template"
+                                           : "mutated");
   }
   write_file(g_path, file);
   const uint8_t modes = in.u8();

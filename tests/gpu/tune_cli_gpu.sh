@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# GPU test of gnsilu-tune (issues: the CLI, several GPUs): warm with the Flux preset; a second process finds
-# every key cached and compiles nothing; export, import for the other GPU (device 1 when there are two, else
-# the same one into a fresh cache), warm there: nothing tuned, nothing compiled; verify, list, report.
+# GPU test of gnsilu-tune (issues: the CLI, several GPUs): warm with the Flux preset (both layouts, GroupNorm+SiLU
+# and the attention's plain GroupNorm); a second process finds every key cached and compiles nothing; export,
+# import for the other GPU (device 1 when there are two, else the same one into a fresh cache), warm there:
+# nothing tuned, nothing compiled; verify, list, report.
 # Usage: tune_cli_gpu.sh BUILD_DIR [OUT_DIR]. Exits 77 without a GPU, 1 on any failed check.
 set -u
 build=${1:-build}
@@ -31,6 +32,11 @@ run warm1 "$tune" warm --preset flux --cache "$work/a.sqlite" --json
 t1=$(( $(date +%s) - start ))
 check "warm 1 on device 0: every key tuned or found, none failed ($t1 s)" "$out/warm1.json" \
   "j['summary']['failed'] == 0 and j['summary']['busy'] == 0 and j['summary']['tuned'] == j['summary']['keys'] > 0"
+check "warm 1: keys in both layouts, and plain GroupNorm keys (the attention's) beside GroupNorm+SiLU ones" \
+  "$out/warm1.json" \
+  "{k['key']['layout'] for k in j['keys']} == {'nchw', 'nhwc'} and \
+   {k['key']['activation'] for k in j['keys']} == {'silu', 'none'} and \
+   len({json.dumps(k['key'], sort_keys=True) for k in j['keys']}) == len(j['keys'])"
 run warm2 "$tune" warm --preset flux --cache "$work/a.sqlite" --json
 check "warm 2 (a new process): every key cached, NVRTC ran 0 times" "$out/warm2.json" \
   "j['summary']['cached'] == j['summary']['keys'] and j['summary']['tuned'] == 0 and j['summary']['compiled'] == 0"
@@ -44,7 +50,15 @@ check "warm on device $other from the imported cache: nothing tuned, nothing com
   "j['summary']['cached'] == j['summary']['keys'] and j['summary']['tuned'] == 0 and j['summary']['compiled'] == 0"
 run verify "$tune" verify --cache "$work/a.sqlite" --samples 10 --json
 check "verify: every entry re-timed" "$out/verify.json" "j['failed'] == 0 and len(j['entries']) > 0"
+check "verify: channels-last and plain GroupNorm entries re-timed too" "$out/verify.json" \
+  "any(e['key']['layout'] == 'nhwc' for e in j['entries']) and any(e['key']['activation'] == 'none' for e in j['entries'])"
+# Narrowed to one layout and activation: every key already cached by warm 1.
+run warm4 "$tune" warm 1x512x128x128 --dtype bf16 --layout channels_last --activation none --cache "$work/a.sqlite" --json
+check "warm nhwc none: one key, in that layout and activation, cached by warm 1" "$out/warm4.json" \
+  "j['summary']['keys'] == 1 and j['summary']['cached'] == 1 and j['keys'][0]['key']['layout'] == 'nhwc' and j['keys'][0]['key']['activation'] == 'none' \
+   and j['summary']['failed'] == 0"
 "$tune" list --cache "$work/a.sqlite" > "$out/list.txt" 2>&1 || failed=1
+grep -q "nhwc" "$out/list.txt" || { echo "FAIL  list shows no nhwc entry"; failed=1; }
 "$tune" report "$out/report.html" --cache "$work/a.sqlite" > /dev/null 2>&1 || failed=1
 "$tune" report "$out/report.svg" --cache "$work/a.sqlite" > /dev/null 2>&1 || failed=1
 # A human-readable warm on a terminal-less pipe: plain progress lines.
@@ -55,13 +69,14 @@ out = sys.argv[1]
 v = json.load(open(f"{out}/verify.json"))
 print(f"verify on {v['device']['name']}: {len(v['entries'])} entries, {v['drifted']} drifted beyond {v['tolerance']:.0%}")
 w = json.load(open(f"{out}/warm1.json"))
-print(f"{'key':<44} {'winner':<14} {'us':>8} {'default':>8} {'gain':>6}")
+print(f"{'key':<54} {'winner':<14} {'us':>8} {'default':>8} {'gain':>6}")
 for k in w["keys"]:
     key = k["key"]
     c = k.get("winner", {})
-    name = f"cpg{key['channels_per_group']} {key['x_dtype']}>{key['y_dtype']} {key['size_class']}"
+    name = (f"cpg{key['channels_per_group']} {key['x_dtype']}>{key['y_dtype']} {key['layout']} {key['activation']} "
+            f"{key['size_class']}")
     win = f"e{c.get('elems_per_load')} w{c.get('warps')} s{c.get('stages')} p{c.get('programs_per_sm')}"
-    print(f"{name:<44} {win:<14} {k.get('best_us', 0):8.1f} {k.get('default_us', 0):8.1f} {k.get('speedup', 1):6.2f}")
+    print(f"{name:<54} {win:<14} {k.get('best_us', 0):8.1f} {k.get('default_us', 0):8.1f} {k.get('speedup', 1):6.2f}")
 PY
 [ $failed -eq 0 ] && echo "tune_cli_gpu: PASSED" || echo "tune_cli_gpu: FAILED"
 exit $failed

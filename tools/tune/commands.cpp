@@ -31,11 +31,12 @@ bool file_exists(const std::string& path) {
 
 void print_json(const json& doc) { std::printf("%s\n", doc.dump(2).c_str()); }
 
-// A cache file opened for reading; kBadInput when it is missing or unusable.
+// A cache file opened for reading (one of an older schema through an upgraded copy in memory: reading never
+// changes it); kBadInput when it is missing or unusable.
 std::unique_ptr<cache::Store> open_for_reading(const std::string& path) {
   if (path.empty()) throw CliError(kBadInput, "the cache is off (GNSILU_CACHE=off): give --cache FILE");
   if (!file_exists(path)) throw CliError(kBadInput, path + ": no such cache file");
-  auto store = std::make_unique<cache::Store>(path, cache::Store::Mode::ReadOnly);
+  auto store = cache::Store::read_upgraded(path);
   if (!store->usable()) throw CliError(kBadInput, path + ": " + store->problem());
   return store;
 }
@@ -99,36 +100,50 @@ std::vector<DTypePair> all_pairs() {
   return pairs;
 }
 
-// The requests of warm: command-line shapes, shape files and presets, each with every dtype pair asked for.
+// The requests of warm: command-line shapes, shape files and presets, each with every dtype pair and layout asked
+// for; command-line shapes (and file items that list none) in every activation asked for (default SiLU), preset
+// shapes in the activation their model applies (kept only if asked for, when --activation is given).
 std::vector<ShapeRequest> requests_of(const WarmOptions& o) {
   const std::vector<DTypePair> pairs = pairs_of(o.dtypes);
   if (pairs.empty()) throw CliError(kUsage, "--dtype: give at least one dtype");
   if (o.groups <= 0) throw CliError(kUsage, "--groups must be positive");
-  std::vector<ShapeRequest> base;
+  const Forms forms{pairs, layouts_of(o.layouts),
+                    o.activations.empty() ? std::vector<Activation>{Activation::SiLU} : activations_of(o.activations)};
+  auto each_form = [&](const ShapeRequest& r, const std::vector<Activation>& activations, std::vector<ShapeRequest>& out) {
+    for (const auto& p : pairs) {
+      for (Layout l : forms.layouts) {
+        for (Activation a : activations) {
+          ShapeRequest q = r;
+          q.x = p.x;
+          q.y = p.y;
+          q.layout = l;
+          q.activation = a;
+          out.push_back(std::move(q));
+        }
+      }
+    }
+  };
+  std::vector<ShapeRequest> out;
   for (const auto& s : o.shapes) {
     ShapeRequest r;
     r.shape = parse_shape(s);
     r.groups = o.groups;
     r.origin = "command line";
-    base.push_back(r);
+    each_form(r, forms.activations, out);
   }
   PresetOptions preset = o.preset;
   if (!o.resolution.empty()) parse_resolution(o.resolution, preset.height, preset.width);
   if (preset.batch <= 0) throw CliError(kUsage, "--batch must be positive");
   for (const auto& p : o.presets) {
-    for (auto& r : preset_shapes(p, preset)) base.push_back(std::move(r));
-  }
-  std::vector<ShapeRequest> out;
-  for (const auto& r : base) {
-    for (const auto& p : pairs) {
-      ShapeRequest q = r;
-      q.x = p.x;
-      q.y = p.y;
-      out.push_back(std::move(q));
+    for (const auto& r : preset_shapes(p, preset)) {
+      const bool asked = o.activations.empty() ||
+                         std::find(forms.activations.begin(), forms.activations.end(), r.activation) !=
+                             forms.activations.end();
+      if (asked) each_form(r, {r.activation}, out);
     }
   }
   for (const auto& f : o.shape_files) {
-    for (auto& r : shapes_from_json(f, pairs)) out.push_back(std::move(r));
+    for (auto& r : shapes_from_json(f, forms)) out.push_back(std::move(r));
   }
   if (out.empty()) throw CliError(kUsage, "nothing to warm: give shapes (like 1x512x128x128), --preset or --shapes-file");
   for (const auto& r : out) geometry_of(r);  // every request checked before any work
@@ -146,29 +161,48 @@ json device_json(const GpuSession& gpu) {
   return {{"name", id.name}, {"arch", id.arch}, {"sms", id.sms}, {"memory_mib", id.memory_mib}, {"l2_kib", id.l2_kib}};
 }
 
-int compile_only(const std::vector<int>& archs, const std::vector<DTypePair>& pairs, const Common& c,
+int compile_only(const std::vector<int>& archs, const std::vector<KernelForm>& forms, const Common& c,
                  const std::string& reason) {
   for (int a : archs) {
     if (a < 75) throw CliError(kUsage, "--arch " + std::to_string(a) + ": gnsilu needs compute capability 7.5 or newer (75)");
   }
   std::string arch_list;
   for (int a : archs) arch_list += (arch_list.empty() ? "sm_" : ", sm_") + std::to_string(a);
-  Progress progress(archs.size() * pairs.size() * 6, !c.quiet && !c.json);
+  // What the forms cover, for the summary.
+  std::vector<std::string> dtypes, layouts, activations;
+  auto note = [](std::vector<std::string>& list, const std::string& name) {
+    if (std::find(list.begin(), list.end(), name) == list.end()) list.push_back(name);
+  };
+  for (const auto& f : forms) {
+    note(dtypes, pair_text(f.pair.x, f.pair.y));
+    note(layouts, layout_name(f.layout));
+    note(activations, activation_name(f.activation));
+  }
+  Progress progress(archs.size() * forms.size() * codes_per_form(), !c.quiet && !c.json);
   if (!reason.empty()) progress.note(reason);
-  const std::size_t variants = compile_all(archs, pairs, progress);
+  const std::size_t variants = compile_all(archs, forms, progress);
   const auto& k = detail::counters();
   const uint64_t compiled = k.compiled.load(), found = k.kernels_from_cache.load();
   if (c.json) {
     print_json({{"mode", "compile"},
                 {"archs", archs},
+                {"dtypes", dtypes},
+                {"layouts", layouts},
+                {"activations", activations},
                 {"cache", cache_path(c.cache)},
                 {"variants", variants},
                 {"compiled", compiled},
                 {"from_cache", found},
                 {"note", reason}});
   } else {
-    std::printf("%zu kernel variants for %s: %llu compiled, %llu already in the cache (%s)\n", variants,
-                arch_list.c_str(), static_cast<unsigned long long>(compiled), static_cast<unsigned long long>(found),
+    auto joined = [](const std::vector<std::string>& list) {
+      std::string out;
+      for (const auto& x : list) out += (out.empty() ? "" : ",") + x;
+      return out;
+    };
+    std::printf("%zu kernel variants for %s (%s; %s; %s): %llu compiled, %llu already in the cache (%s)\n", variants,
+                arch_list.c_str(), joined(dtypes).c_str(), joined(layouts).c_str(), joined(activations).c_str(),
+                static_cast<unsigned long long>(compiled), static_cast<unsigned long long>(found),
                 cache_path(c.cache).empty() ? "cache off" : cache_path(c.cache).c_str());
   }
   return kOk;
@@ -184,15 +218,16 @@ int run_warm(const WarmOptions& o) {
   std::unique_ptr<GpuSession> gpu;
   if (!o.compile_only) gpu = GpuSession::open(o.device, why);
   if (!gpu) {
-    // Without a GPU only the compiled-kernel cache can be prepared.
-    std::vector<DTypePair> pairs;
-    for (const auto& r : requests) add_unique(pairs, {r.x, r.y});
+    // Without a GPU only the compiled-kernel cache can be prepared: the programs of every form the requests take
+    // (in the geometry's layout: channels-first where both layouts are the same memory).
+    std::vector<KernelForm> forms;
+    for (const auto& r : requests) add_unique(forms, {{r.x, r.y}, geometry_of(r).layout, r.activation});
     const std::vector<int> archs = o.archs.empty() ? std::vector<int>{90} : o.archs;
     const std::string reason =
         o.compile_only ? std::string("compile only: no timing")
                        : "no GPU here (" + why + "): compiling kernels only" +
                              (o.archs.empty() ? std::string(", for sm_90 (choose with --arch)") : std::string());
-    return compile_only(archs, pairs, o.common, reason);
+    return compile_only(archs, forms, o.common, reason);
   }
   if (!o.archs.empty()) throw CliError(kUsage, "--arch applies without a GPU or with --compile-only");
 
@@ -233,9 +268,11 @@ int run_warm(const WarmOptions& o) {
                   {"compiled", k.compiled.load()},
                   {"kernels_from_cache", k.kernels_from_cache.load()}}}});
   } else {
-    std::vector<std::vector<std::string>> table{{"outcome", "key", "winner", "us", "default us", "speedup", "s"}};
+    std::vector<std::vector<std::string>> table{
+        {"outcome", "key", "layout", "activation", "winner", "us", "default us", "speedup", "s"}};
     for (const auto& r : rows) {
-      table.push_back({r.outcome, key_text(r.key), r.entry ? config_text(r.entry->winner) : "-",
+      table.push_back({r.outcome, key_text(r.key, false), layout_name(r.key.layout), activation_name(r.key.activation),
+                       r.entry ? config_text(r.entry->winner) : "-",
                        r.entry ? fixed(r.entry->best_us, 1) : "-", r.entry ? fixed(r.entry->default_us, 1) : "-",
                        r.entry ? fixed(speedup(*r.entry), 2) + "x" : "-", fixed(r.seconds, 1)});
     }
@@ -254,6 +291,14 @@ int run_warm(const WarmOptions& o) {
 }
 
 int run_compile(const CompileOptions& o) {
+  // Every dtype pair in every layout and activation asked for (all by default), checked before anything else.
+  std::vector<KernelForm> forms;
+  const auto layouts = layouts_of(o.layouts);
+  const auto activations = activations_of(o.activations);
+  for (const auto& p : o.dtypes.empty() ? all_pairs() : pairs_of(o.dtypes)) {
+    for (Layout l : layouts)
+      for (Activation a : activations) add_unique(forms, {p, l, a});
+  }
   use_cache_file(cache_path(o.common.cache));
   std::vector<int> archs = o.archs;
   std::string reason;
@@ -263,7 +308,7 @@ int run_compile(const CompileOptions& o) {
     if (!gpu) throw CliError(kUsage, "no GPU here (" + why + "): name the architectures with --arch (like 90)");
     archs.push_back(gpu->info().arch());
   }
-  return compile_only(archs, o.dtypes.empty() ? all_pairs() : pairs_of(o.dtypes), o.common, reason);
+  return compile_only(archs, forms, o.common, reason);
 }
 
 int run_list(const Common& o) {
@@ -287,11 +332,12 @@ int run_list(const Common& o) {
     return kOk;
   }
   std::vector<std::vector<std::string>> table{
-      {"#", "device", "cpg", "dtypes", "class", "winner", "us", "speedup", "age", "state"}};
+      {"#", "device", "cpg", "dtypes", "layout", "activation", "class", "winner", "us", "speedup", "age", "state"}};
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const auto& e = entries[i];
     table.push_back({std::to_string(i + 1), e.key.device.name + " sm" + std::to_string(e.key.device.arch),
-                     std::to_string(e.key.channels_per_group), pair_text(e.key.x_dtype, e.key.y_dtype), e.key.size_class,
+                     std::to_string(e.key.channels_per_group), pair_text(e.key.x_dtype, e.key.y_dtype),
+                     layout_name(e.key.layout), activation_name(e.key.activation), e.key.size_class,
                      config_text(e.winner), fixed(e.best_us, 1), fixed(speedup(e), 2) + "x", age_text(e.created_at),
                      e.key.code_version == detail::code_version() ? "current" : "stale (prune removes)"});
   }
@@ -317,9 +363,11 @@ int run_show(const ShowOptions& o) {
     print_json(doc);
     return kOk;
   }
-  std::printf("entry %d of %s\n  key:      %s\n  code:     %s (%s)\n  device:   %s, sm_%d, %d SMs, %lld MiB, L2 %d KiB\n"
-              "  winner:   %s at %.2f us; default %.2f us (%.2fx); noise %.2f us\n  tuned on: %s, %s ago, gnsilu %s\n",
-              o.id, path.c_str(), key_text(e.key).c_str(), e.key.code_version.c_str(),
+  std::printf("entry %d of %s\n  key:        %s\n  layout:     %s\n  activation: %s\n  code:       %s (%s)\n"
+              "  device:     %s, sm_%d, %d SMs, %lld MiB, L2 %d KiB\n"
+              "  winner:     %s at %.2f us; default %.2f us (%.2fx); noise %.2f us\n  tuned on:   %s, %s ago, gnsilu %s\n",
+              o.id, path.c_str(), key_text(e.key).c_str(), layout_text(e.key.layout).c_str(),
+              activation_text(e.key.activation).c_str(), e.key.code_version.c_str(),
               e.key.code_version == detail::code_version() ? "current" : "stale", e.key.device.name.c_str(),
               e.key.device.arch, e.key.device.sms, static_cast<long long>(e.key.device.memory_mib), e.key.device.l2_kib,
               config_text(e.winner).c_str(), e.best_us, e.default_us, speedup(e), e.noise_us, e.tuned_shape.c_str(),
@@ -536,10 +584,11 @@ int run_verify(const VerifyOptions& o) {
                 {"drifted", drifted},
                 {"failed", failed}});
   } else {
-    std::vector<std::vector<std::string>> table{
-        {"status", "key", "winner", "cached us", "now us", "drift", "default now us", "winner/default now"}};
+    std::vector<std::vector<std::string>> table{{"status", "key", "layout", "activation", "winner", "cached us", "now us",
+                                                 "drift", "default now us", "winner/default now"}};
     for (const auto& r : rows) {
-      table.push_back({r.status.substr(0, 40), key_text(r.entry.key), config_text(r.entry.winner),
+      table.push_back({r.status.substr(0, 40), key_text(r.entry.key, false), layout_name(r.entry.key.layout),
+                       activation_name(r.entry.key.activation), config_text(r.entry.winner),
                        fixed(r.entry.best_us, 1), fixed(r.winner_us, 1), fixed(100 * r.drift, 1) + "%",
                        fixed(r.default_us, 1), r.default_us > 0 ? fixed(r.winner_us / r.default_us, 3) : "-"});
     }

@@ -20,6 +20,8 @@ struct WarmOptions {
   std::vector<std::string> presets;
   std::vector<std::string> shape_files;
   std::vector<std::string> dtypes{"bf16", "fp16"};
+  std::vector<std::string> layouts{"nchw", "nhwc"};
+  std::vector<std::string> activations;  // empty: silu for shapes, what the model applies for presets
   int64_t groups = 32;
   std::string resolution;
   PresetOptions preset;
@@ -33,6 +35,8 @@ struct CompileOptions {
   Common common;
   std::vector<int> archs;
   std::vector<std::string> dtypes;  // empty: all nine pairs
+  std::vector<std::string> layouts{"nchw", "nhwc"};
+  std::vector<std::string> activations{"silu", "none"};
   int device = 0;
 };
 

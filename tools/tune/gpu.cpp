@@ -54,7 +54,7 @@ struct Inputs {
 };
 
 void make_inputs(const GpuSession& gpu, const std::vector<int64_t>& shape, int64_t groups, int64_t slice_numel,
-                 DType x_dtype, DType y_dtype, Inputs& in) {
+                 DType x_dtype, DType y_dtype, Layout layout, Activation activation, Inputs& in) {
   in.shape = shape;
   const int64_t c = shape[1];
   in.x = detail::DeviceBuffer(gpu.context(), static_cast<std::size_t>(slice_numel) * dtype_size(x_dtype));
@@ -71,6 +71,22 @@ void make_inputs(const GpuSession& gpu, const std::vector<int64_t>& shape, int64
   in.problem.num_groups = groups;
   in.problem.weight = reinterpret_cast<const void*>(in.weight.get());
   in.problem.bias = reinterpret_cast<const void*>(in.bias.get());
+  in.problem.x_layout = layout;
+  in.problem.y_layout = layout;
+  in.problem.activation = activation;
+}
+
+// The distinct programs among the candidate configurations (programs_per_sm does not change the code).
+std::vector<LaunchConfig> distinct_codes() {
+  std::vector<LaunchConfig> seen, out;
+  for (const auto& c : candidate_configs()) {
+    LaunchConfig code = c;
+    code.programs_per_sm = 1;
+    if (std::find(seen.begin(), seen.end(), code) != seen.end()) continue;
+    seen.push_back(code);
+    out.push_back(c);
+  }
+  return out;
 }
 
 // "1x512x16384 G=32" -> shape and groups (what the tuner records as tuned_shape).
@@ -133,7 +149,7 @@ std::vector<WarmRow> keys_of(const GpuSession& gpu, const std::vector<ShapeReque
     row.request = r;
     row.geometry = g;
     row.path = path;
-    row.key = detail::tuning_key(gpu.info(), g, r.x, r.y, path);
+    row.key = detail::tuning_key(gpu.info(), g, r.x, r.y, path, r.activation);
     if (seen.emplace(row.key.text(), rows.size()).second) rows.push_back(std::move(row));
   }
   return rows;
@@ -151,7 +167,7 @@ std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requ
       int64_t slice_numel = 1;
       for (auto d : slice) slice_numel *= d;
       Inputs in;
-      make_inputs(gpu, r.shape, r.groups, slice_numel, r.x, r.y, in);
+      make_inputs(gpu, r.shape, r.groups, slice_numel, r.x, r.y, g.layout, r.activation, in);
       const detail::CallInfo call{in.problem, g, gpu.info(), gpu.context(), nullptr, row.path};
       const detail::WarmResult w = detail::warm_key(call, retune);
       using O = detail::WarmResult::Outcome;
@@ -165,7 +181,8 @@ std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requ
       row.seconds = w.seconds;
       if (row.entry) {
         // The winner's kernels, compiled or from the cache, loaded on this device.
-        detail::kernels_for(gpu.context(), gpu.info(), detail::Variant{r.x, r.y, row.entry->winner});
+        detail::kernels_for(gpu.context(), gpu.info(),
+                            detail::Variant{r.x, r.y, row.entry->winner, g.layout, r.activation});
       }
     } catch (const CliError&) {
       throw;
@@ -187,23 +204,22 @@ std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requ
   return rows;
 }
 
-std::size_t compile_all(const std::vector<int>& archs, const std::vector<DTypePair>& pairs, Progress& progress) {
+void add_unique(std::vector<KernelForm>& forms, const KernelForm& form) {
+  if (std::find(forms.begin(), forms.end(), form) == forms.end()) forms.push_back(form);
+}
+
+std::size_t codes_per_form() { return distinct_codes().size(); }
+
+std::size_t compile_all(const std::vector<int>& archs, const std::vector<KernelForm>& forms, Progress& progress) {
   struct Job {
     int arch;
     detail::Variant variant;
   };
   std::vector<Job> jobs;
+  const std::vector<LaunchConfig> codes = distinct_codes();
   for (int arch : archs) {
-    for (const auto& p : pairs) {
-      std::vector<LaunchConfig> seen;
-      for (const auto& c : candidate_configs()) {
-        // programs_per_sm does not change the code: one compile per distinct code.
-        LaunchConfig code = c;
-        code.programs_per_sm = 1;
-        if (std::find(seen.begin(), seen.end(), code) != seen.end()) continue;
-        seen.push_back(code);
-        jobs.push_back({arch, detail::Variant{p.x, p.y, c}});
-      }
+    for (const auto& f : forms) {
+      for (const auto& c : codes) jobs.push_back({arch, detail::Variant{f.pair.x, f.pair.y, c, f.layout, f.activation}});
     }
   }
   std::atomic<std::size_t> next{0};
@@ -244,10 +260,10 @@ std::vector<VerifyRow> verify(GpuSession& gpu, const std::vector<cache::TuningEn
       if (!parse_tuned_shape(e.tuned_shape, shape, groups)) {
         throw CliError(kBadInput, "the entry's tuned shape \"" + e.tuned_shape + "\" cannot be read");
       }
-      const detail::Geometry g = detail::make_geometry(shape, groups);
+      const detail::Geometry g = detail::make_geometry(shape, groups, e.key.layout);
       const Path path = e.key.size_class.ends_with("-fused") ? Path::Fused : Path::Split;
       Inputs in;
-      make_inputs(gpu, shape, groups, g.numel, e.key.x_dtype, e.key.y_dtype, in);
+      make_inputs(gpu, shape, groups, g.numel, e.key.x_dtype, e.key.y_dtype, e.key.layout, e.key.activation, in);
       const LaunchConfig fallback = default_config(path);
       detail::GpuBackend backend(in.problem, g, gpu.info(), gpu.context(), nullptr, path, fallback);
       backend.prepare(e.winner);

@@ -49,9 +49,24 @@ std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requ
 // The distinct tuning keys of `requests` on this device (without tuning), in request order.
 std::vector<WarmRow> keys_of(const GpuSession& gpu, const std::vector<ShapeRequest>& requests);
 
-// Compiles every candidate configuration for each dtype pair and architecture into the process's kernel
-// cache (no GPU needed). Returns how many variants it went through.
-std::size_t compile_all(const std::vector<int>& archs, const std::vector<DTypePair>& pairs, Progress& progress);
+// What a compiled program is made for besides its launch configuration: dtypes, layout, activation.
+struct KernelForm {
+  DTypePair pair;
+  Layout layout = Layout::ChannelsFirst;
+  Activation activation = Activation::SiLU;
+  friend bool operator==(const KernelForm&, const KernelForm&) = default;
+};
+
+// Appends `form` unless `forms` holds it already.
+void add_unique(std::vector<KernelForm>& forms, const KernelForm& form);
+
+// How many distinct programs the candidate configurations compile to per form (programs_per_sm is a grid size,
+// not code).
+std::size_t codes_per_form();
+
+// Compiles every candidate configuration for each form and architecture into the process's kernel cache (no GPU
+// needed). Returns how many variants it went through.
+std::size_t compile_all(const std::vector<int>& archs, const std::vector<KernelForm>& forms, Progress& progress);
 
 struct VerifyRow {
   cache::TuningEntry entry;

@@ -34,12 +34,20 @@ int main(int argc, char** argv) {
   WarmOptions warm;
   auto* w = app.add_subcommand("warm", "Tune every key the given shapes need (compile only without a GPU)");
   w->footer(std::string("Presets: flux, sd3, sdxl (image VAEs, 1024x1024 by default), hunyuan-video (720x1280, 33 "
-                        "frames by default): the GroupNorm+SiLU inputs of their encoder and decoder, 32 groups.\n") +
+                        "frames by default): the GroupNorm+SiLU inputs of their encoder and decoder, and the plain "
+                        "GroupNorm (activation none) of their mid blocks' attention, 32 groups; --activation, when "
+                        "given, keeps only the preset shapes of those activations.\n"
+                        "Layouts: nchw (channels_first, channels-first, ncdhw) and nhwc (channels_last, "
+                        "channels-last, ndhwc), each tuned separately.\n") +
             kExitCodesHelp);
   w->add_option("shapes", warm.shapes, "Activation shapes N x C x spatial..., like 1x512x128x128");
   w->add_option("--preset", warm.presets, "Built-in VAE: flux, sd3, sdxl, hunyuan-video (repeatable)");
   w->add_option("--shapes-file", warm.shape_files, "JSON file of shapes (see the README)")->check(CLI::ExistingFile);
   w->add_option("--dtype", warm.dtypes, "dtypes: bf16, fp16, fp32, or X:Y for x and y (default bf16,fp16)")
+      ->delimiter(',');
+  w->add_option("--layout", warm.layouts, "Memory layouts: nchw, nhwc (default nchw,nhwc: both)")->delimiter(',');
+  w->add_option("--activation", warm.activations,
+                "Activations: silu, none (plain GroupNorm); default silu (presets: what the model applies)")
       ->delimiter(',');
   w->add_option("--groups", warm.groups, "Groups of the command-line shapes")->capture_default_str();
   w->add_option("--resolution", warm.resolution, "Preset image size: 1024 or HEIGHTxWIDTH");
@@ -59,6 +67,9 @@ int main(int argc, char** argv) {
   c->add_option("--arch", compile.archs, "Compute capabilities like 90,100 (default: this machine's GPU)")
       ->delimiter(',');
   c->add_option("--dtype", compile.dtypes, "dtype pairs like bf16 or bf16:fp32 (default: all nine)")->delimiter(',');
+  c->add_option("--layout", compile.layouts, "Memory layouts: nchw, nhwc (default nchw,nhwc: both)")->delimiter(',');
+  c->add_option("--activation", compile.activations, "Activations: silu, none (default silu,none: both)")
+      ->delimiter(',');
   c->add_option("--device", compile.device, "CUDA device ordinal (without --arch)")->capture_default_str();
   c->add_flag("--quiet", compile.common.quiet, "No progress lines");
   add_common(c, compile.common);

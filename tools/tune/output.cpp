@@ -35,9 +35,20 @@ std::string config_text(const LaunchConfig& c) {
   return buf;
 }
 
-std::string key_text(const cache::TuningKey& k) {
+std::string key_text(const cache::TuningKey& k, bool form) {
   return k.device.name + " sm" + std::to_string(k.device.arch) + " | cpg" + std::to_string(k.channels_per_group) + " " +
-         dtype_name(k.x_dtype) + ">" + dtype_name(k.y_dtype) + " | " + k.size_class;
+         dtype_name(k.x_dtype) + ">" + dtype_name(k.y_dtype) +
+         (form ? std::string(" ") + layout_name(k.layout) + " " + activation_name(k.activation) : std::string()) +
+         " | " + k.size_class;
+}
+
+std::string layout_text(Layout layout) {
+  return std::string(layout_name(layout)) + (layout == Layout::ChannelsLast ? " (channels-last)" : " (channels-first)");
+}
+
+std::string activation_text(Activation activation) {
+  return std::string(activation_name(activation)) +
+         (activation == Activation::None ? " (plain GroupNorm)" : " (GroupNorm+SiLU)");
 }
 
 Progress::Progress(std::size_t total, bool enabled)

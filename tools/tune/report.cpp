@@ -109,10 +109,11 @@ std::string report_html(const std::vector<cache::TuningEntry>& entries, const st
   std::string s = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + escape(title) +
                   "</title>\n<style>body{font-family:sans-serif;margin:24px}td,th{padding:2px 10px;text-align:left}"
                   "</style></head><body>\n<h1>" + escape(title) + "</h1>\n";
-  s += "<table><tr><th>key</th><th>winner</th><th>time (us)</th><th>default (us)</th><th>speedup</th>"
-       "<th>tuned shape</th></tr>\n";
+  s += "<table><tr><th>key</th><th>layout</th><th>activation</th><th>winner</th><th>time (us)</th>"
+       "<th>default (us)</th><th>speedup</th><th>tuned shape</th></tr>\n";
   for (const auto& e : entries) {
-    s += "<tr><td>" + escape(key_text(e.key)) + "</td><td>" + escape(config_text(e.winner)) + "</td><td>" +
+    s += "<tr><td>" + escape(key_text(e.key, false)) + "</td><td>" + escape(layout_name(e.key.layout)) + "</td><td>" +
+         escape(activation_name(e.key.activation)) + "</td><td>" + escape(config_text(e.winner)) + "</td><td>" +
          fmt("%.1f", e.best_us) + "</td><td>" + fmt("%.1f", e.default_us) + "</td><td>" +
          fmt("%.2fx", e.best_us > 0 ? e.default_us / e.best_us : 1.0) + "</td><td>" + escape(e.tuned_shape) +
          "</td></tr>\n";

@@ -90,11 +90,45 @@ void add_unique(std::vector<DTypePair>& pairs, DTypePair pair) {
 
 detail::Geometry geometry_of(const ShapeRequest& r) {
   try {
-    return detail::make_geometry(r.shape, r.groups);
+    return detail::make_geometry(r.shape, r.groups, r.layout);
   } catch (const Error& e) {
     throw CliError(kUsage, r.origin + ": " + shape_text(r.shape) + " with " + std::to_string(r.groups) +
                                " groups: " + e.what());
   }
+}
+
+Layout parse_layout(const std::string& text, const std::string& option) {
+  Layout layout = Layout::ChannelsFirst;
+  if (cache::layout_from_name(text, layout)) return layout;
+  if (text == "channels_first" || text == "channels-first" || text == "ncdhw") return Layout::ChannelsFirst;
+  if (text == "channels_last" || text == "channels-last" || text == "ndhwc") return Layout::ChannelsLast;
+  throw CliError(kUsage, option + ": layout \"" + text + "\" is not nchw (channels_first) or nhwc (channels_last)");
+}
+
+Activation parse_activation(const std::string& text, const std::string& option) {
+  Activation activation = Activation::SiLU;
+  if (cache::activation_from_name(text, activation)) return activation;
+  throw CliError(kUsage, option + ": activation \"" + text + "\" is not silu or none");
+}
+
+std::vector<Layout> layouts_of(const std::vector<std::string>& texts, const std::string& option) {
+  std::vector<Layout> out;
+  for (const auto& t : texts) {
+    const Layout l = parse_layout(t, option);
+    if (std::find(out.begin(), out.end(), l) == out.end()) out.push_back(l);
+  }
+  if (out.empty()) throw CliError(kUsage, option + ": give at least one layout (nchw, nhwc)");
+  return out;
+}
+
+std::vector<Activation> activations_of(const std::vector<std::string>& texts, const std::string& option) {
+  std::vector<Activation> out;
+  for (const auto& t : texts) {
+    const Activation a = parse_activation(t, option);
+    if (std::find(out.begin(), out.end(), a) == out.end()) out.push_back(a);
+  }
+  if (out.empty()) throw CliError(kUsage, option + ": give at least one activation (silu, none)");
+  return out;
 }
 
 std::string pair_text(DType x, DType y) {
@@ -128,17 +162,27 @@ std::vector<ShapeRequest> preset_shapes(const std::string& name, const PresetOpt
     throw CliError(kUsage, "preset " + name + ": the resolution must be a multiple of 8 (the VAE's downsampling)");
   }
   std::vector<ShapeRequest> out;
-  auto add = [&](std::vector<int64_t> shape, const std::string& part) {
+  auto add = [&](std::vector<int64_t> shape, const std::string& part, Activation activation = Activation::SiLU) {
     ShapeRequest r;
     r.shape = std::move(shape);
     r.groups = 32;
+    r.activation = activation;
     r.origin = name + " " + part;
     out.push_back(std::move(r));
   };
   if (!video) {
     if (o.frames > 1) throw CliError(kUsage, "preset " + name + " is an image VAE: --frames does not apply");
-    for (const auto& [c, div, unused] : image_vae_levels(encoder, false)) add({o.batch, c, height / div, width / div}, "encoder");
-    for (const auto& [c, div, unused] : image_vae_levels(false, decoder)) add({o.batch, c, height / div, width / div}, "decoder");
+    // The mid block's attention (diffusers' Attention with norm_num_groups=32) normalizes the mid block's
+    // activation, 512 channels at 1/8, with a plain nn.GroupNorm: once in the encoder, once in the decoder.
+    const std::vector<int64_t> attention = {o.batch, 512, height / 8, width / 8};
+    if (encoder) {
+      for (const auto& [c, div, unused] : image_vae_levels(true, false)) add({o.batch, c, height / div, width / div}, "encoder");
+      add(attention, "encoder attention", Activation::None);
+    }
+    if (decoder) {
+      for (const auto& [c, div, unused] : image_vae_levels(false, true)) add({o.batch, c, height / div, width / div}, "decoder");
+      add(attention, "decoder attention", Activation::None);
+    }
     return out;
   }
   // Hunyuan Video's causal 3-D VAE: the same channels, 8x spatial and 4x temporal compression (time halves at
@@ -150,12 +194,22 @@ std::vector<ShapeRequest> preset_shapes(const std::string& name, const PresetOpt
                                   {512, 4, f1},     {512, 8, f2}};
   const std::vector<Level> dec = {{512, 8, f2}, {512, 4, f2}, {512, 2, f1}, {256, 2, f1},
                                   {256, 1, frames}, {128, 1, frames}};
-  if (encoder) for (const auto& [c, div, f] : enc) add({o.batch, c, f, height / div, width / div}, "encoder");
-  if (decoder) for (const auto& [c, div, f] : dec) add({o.batch, c, f, height / div, width / div}, "decoder");
+  // The mid block's attention (HunyuanVideoMidBlock3D) group-normalizes its input, 512 channels at 1/8 and the
+  // fewest frames, with no activation: diffusers flattens it to (N, F*H*W, C) first, so the GroupNorm sees that
+  // activation channels-last in memory (the nhwc keys; which layouts are warmed is --layout's choice).
+  const std::vector<int64_t> attention = {o.batch, 512, f2, height / 8, width / 8};
+  if (encoder) {
+    for (const auto& [c, div, f] : enc) add({o.batch, c, f, height / div, width / div}, "encoder");
+    add(attention, "encoder attention", Activation::None);
+  }
+  if (decoder) {
+    for (const auto& [c, div, f] : dec) add({o.batch, c, f, height / div, width / div}, "decoder");
+    add(attention, "decoder attention", Activation::None);
+  }
   return out;
 }
 
-std::vector<ShapeRequest> shapes_from_json(const std::string& path, const std::vector<DTypePair>& default_pairs) {
+std::vector<ShapeRequest> shapes_from_json(const std::string& path, const Forms& defaults) {
   std::ifstream in(path);
   if (!in) throw CliError(kBadInput, path + ": cannot be opened");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -174,7 +228,9 @@ std::vector<ShapeRequest> shapes_from_json(const std::string& path, const std::v
     const std::string where = path + " item " + std::to_string(i);
     ShapeRequest base;
     base.origin = path + "[" + std::to_string(i) + "]";
-    std::vector<DTypePair> pairs = default_pairs;
+    std::vector<DTypePair> pairs = defaults.pairs;
+    std::vector<Layout> layouts = defaults.layouts;
+    std::vector<Activation> activations = defaults.activations;
     try {
       if (item.is_string()) {
         base.shape = parse_shape(item.get<std::string>());
@@ -197,6 +253,19 @@ std::vector<ShapeRequest> shapes_from_json(const std::string& path, const std::v
             pairs.push_back(parse_dtype_pair(d.get<std::string>()));
           }
         }
+        auto texts_of = [&](const char* name) {
+          const auto& list = item[name];
+          const std::string bad = std::string(name) + " must be a non-empty array of strings";
+          if (!list.is_array() || list.empty()) throw CliError(kBadInput, bad);
+          std::vector<std::string> texts;
+          for (const auto& t : list) {
+            if (!t.is_string()) throw CliError(kBadInput, bad);
+            texts.push_back(t.get<std::string>());
+          }
+          return texts;
+        };
+        if (item.contains("layouts")) layouts = layouts_of(texts_of("layouts"), "layouts");
+        if (item.contains("activations")) activations = activations_of(texts_of("activations"), "activations");
       } else {
         throw CliError(kBadInput, "is neither \"NxCxHxW\" nor an object with a \"shape\" array");
       }
@@ -204,10 +273,16 @@ std::vector<ShapeRequest> shapes_from_json(const std::string& path, const std::v
       throw CliError(kBadInput, where + ": " + e.what());
     }
     for (const auto& p : pairs) {
-      ShapeRequest r = base;
-      r.x = p.x;
-      r.y = p.y;
-      out.push_back(std::move(r));
+      for (Layout l : layouts) {
+        for (Activation a : activations) {
+          ShapeRequest r = base;
+          r.x = p.x;
+          r.y = p.y;
+          r.layout = l;
+          r.activation = a;
+          out.push_back(std::move(r));
+        }
+      }
     }
   }
   return out;

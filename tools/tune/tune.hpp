@@ -40,12 +40,15 @@ class CliError : public std::runtime_error {
   int code_;
 };
 
-// One activation to tune for: shape (N, C, *spatial), groups and the dtype pair.
+// One activation to tune for: shape (N, C, *spatial), groups, the dtype pair, the memory layout (x's and y's)
+// and what follows the normalization (SiLU, or none: plain GroupNorm).
 struct ShapeRequest {
   std::vector<int64_t> shape;
   int64_t groups = 32;
   DType x = DType::BF16;
   DType y = DType::BF16;
+  Layout layout = Layout::ChannelsFirst;
+  Activation activation = Activation::SiLU;
   std::string origin;  // "command line", "flux decoder", "shapes.json[3]"
 };
 
@@ -58,8 +61,18 @@ struct DTypePair {
 // Appends `pair` unless `pairs` holds it already.
 void add_unique(std::vector<DTypePair>& pairs, DTypePair pair);
 
-// The geometry of a request; CliError(kUsage) naming the request, its shape and groups when they do not fit.
+// The geometry of a request (in its layout: ChannelsFirst where both layouts are the same memory);
+// CliError(kUsage) naming the request, its shape and groups when they do not fit.
 detail::Geometry geometry_of(const ShapeRequest& request);
+
+// "nchw" (also channels_first, channels-first, ncdhw) or "nhwc" (channels_last, channels-last, ndhwc), and "silu" or
+// "none". `option` names where the text came from in the error (CliError(kUsage)): "--layout", "--activation".
+Layout parse_layout(const std::string& text, const std::string& option = "--layout");
+Activation parse_activation(const std::string& text, const std::string& option = "--activation");
+// Each text parsed, duplicates dropped, in the order given; CliError(kUsage) naming `option` when empty.
+std::vector<Layout> layouts_of(const std::vector<std::string>& texts, const std::string& option = "--layout");
+std::vector<Activation> activations_of(const std::vector<std::string>& texts,
+                                       const std::string& option = "--activation");
 
 // "1x512x128x128" (throws CliError(kUsage) naming the text).
 std::vector<int64_t> parse_shape(const std::string& text);
@@ -78,22 +91,36 @@ struct PresetOptions {
   std::string part = "both";  // decoder | encoder | both
 };
 
-// The names of the built-in presets, and the GroupNorm+SiLU inputs of a preset's VAE (groups 32), without
-// dtypes. Throws CliError(kUsage) for an unknown name or options that do not fit it.
+// The names of the built-in presets, and the GroupNorm inputs of a preset's VAE (groups 32), without dtypes or
+// layouts: those of GroupNorm+SiLU (activation SiLU) and the plain GroupNorm of the mid block's attention
+// (activation None). Throws CliError(kUsage) for an unknown name or options that do not fit it.
 std::vector<std::string> preset_names();
 std::vector<ShapeRequest> preset_shapes(const std::string& name, const PresetOptions& options);
 
+// What a shape request is made in when it does not say: every dtype pair, layout and activation listed.
+struct Forms {
+  std::vector<DTypePair> pairs;
+  std::vector<Layout> layouts;
+  std::vector<Activation> activations;
+};
+
 // Shapes from a JSON file: {"shapes": [...]} or a top-level array; each item "1x512x64x64" or
-// {"shape": [1, 512, 64, 64], "groups": 32, "dtypes": ["bf16", "fp16:fp32"]}. Items without dtypes get
-// `default_pairs`. Throws CliError(kBadInput) naming the file and the item.
-std::vector<ShapeRequest> shapes_from_json(const std::string& path, const std::vector<DTypePair>& default_pairs);
+// {"shape": [1, 512, 64, 64], "groups": 32, "dtypes": ["bf16", "fp16:fp32"], "layouts": ["nhwc"],
+// "activations": ["silu", "none"]}. What an item does not list comes from `defaults`. Throws
+// CliError(kBadInput) naming the file and the item.
+std::vector<ShapeRequest> shapes_from_json(const std::string& path, const Forms& defaults);
 
 // The cache file a command works on: --cache, else GNSILU_CACHE, else the default user file.
 std::string cache_path(const std::string& option);
 
 // (JSON of keys and configurations: cache::key_json and cache::config_json, the export format's.)
 std::string config_text(const LaunchConfig& config);  // "e16 w8 s1 p4"
-std::string key_text(const cache::TuningKey& key);   // "NVIDIA H200 sm90 | cpg16 bf16>bf16 | dram-split"
+// "NVIDIA H200 sm90 | cpg16 bf16>bf16 nhwc silu | dram-split"; without `form`, the layout and the activation are
+// left out (for tables that give them columns of their own).
+std::string key_text(const cache::TuningKey& key, bool form = true);
+// "nhwc (channels-last)", "none (plain GroupNorm)": what list and show print.
+std::string layout_text(Layout layout);
+std::string activation_text(Activation activation);
 
 // Progress over a known number of steps: a redrawn bar with ETA on a terminal (stderr), plain lines when piped.
 // Silent when `enabled` is false.
