@@ -2,9 +2,12 @@
 
     import gnsilu
     y = gnsilu.group_norm_silu(x, 32, weight, bias, eps=1e-6)   # x: a CUDA tensor, bfloat16/float16/float32
+    y = gnsilu.group_norm(x, 32, weight, bias, activation=None)  # group_norm alone
+    # x contiguous (channels-first) or channels-last (torch.channels_last, ...): y comes back in x's layout
 
-For PyTorch models, gnsilu.torch has GroupNormSiLU (nn.GroupNorm followed by SiLU, as one module) and
-swap_group_norm_silu(model), which puts it in place of the GroupNorm+SiLU pairs it can prove.
+For PyTorch models, gnsilu.torch has GroupNormSiLU (nn.GroupNorm followed by SiLU, as one module), GroupNorm (a
+drop-in nn.GroupNorm) and swap_group_norm_silu(model), which puts GroupNormSiLU in place of the GroupNorm+SiLU
+pairs it can prove and GroupNorm in place of the other nn.GroupNorms.
 
 The package is pure Python over the C API of libgnsilu.so (ctypes). The library is found on first use, not on
 import: $GNSILU_LIBRARY, else next to this file, else the repository's build/ folder, else the system loader.
@@ -12,14 +15,14 @@ Errors are gnsilu.Error subclasses, one per status code of the C API, with the l
 """
 __version__ = "0.1.0"
 
-from ._api import (check_device, group_norm_silu, library_path, release_workspaces, set_cache_paths,
-                   set_tune_policy, version, workspace_size)
+from ._api import (check_device, group_norm, group_norm_silu, layout_of, library_path, release_workspaces,
+                   set_cache_paths, set_tune_policy, version, workspace_size)
 from ._errors import (CompileError, CudaError, Error, InternalError, InvalidArgumentError, LibraryNotFoundError,
                       NoDeviceError, NoDriverError, OutOfMemoryError, UnsupportedDeviceError)
 
 __all__ = [
-    "group_norm_silu", "workspace_size", "check_device", "release_workspaces", "set_tune_policy", "set_cache_paths",
-    "version", "library_path",
+    "group_norm", "group_norm_silu", "layout_of", "workspace_size", "check_device", "release_workspaces",
+    "set_tune_policy", "set_cache_paths", "version", "library_path",
     "Error", "InvalidArgumentError", "NoDriverError", "NoDeviceError", "UnsupportedDeviceError", "CudaError",
     "CompileError", "OutOfMemoryError", "InternalError", "LibraryNotFoundError",
 ]

@@ -1,4 +1,4 @@
-"""The functions of the package: argument checks in Python, then one call of the C API."""
+"""The functions of the package: argument checks in Python, then one call of the C API (gnsilu_group_norm)."""
 import ctypes
 import importlib
 import math
@@ -11,6 +11,12 @@ from ._errors import invalid_argument
 
 # gnsilu_dtype codes (include/gnsilu/gnsilu.h).
 NONE, BF16, FP16, FP32 = 0, 1, 2, 3
+# gnsilu_layout and gnsilu_activation codes (include/gnsilu/gnsilu.h). Layouts go by name in Python
+# ("channels_first", "channels_last": what layout_of returns) and become codes at the C call.
+CHANNELS_FIRST, CHANNELS_LAST = 0, 1
+ACTIVATION_SILU, ACTIVATION_NONE = 0, 1
+_LAYOUT_CODES = {"channels_first": CHANNELS_FIRST, "channels_last": CHANNELS_LAST}
+_LAYOUT_WORDS = {"channels_first": "channels-first (contiguous)", "channels_last": "channels-last"}
 _NAMES = {BF16: "bfloat16", FP16: "float16", FP32: "float32"}
 _ITEM_SIZES = {BF16: 2, FP16: 2, FP32: 4}
 _BY_NAME = {"bfloat16": BF16, "bf16": BF16, "float16": FP16, "fp16": FP16, "half": FP16,
@@ -77,6 +83,66 @@ def _dtype_code(dtype, name):
     return code
 
 
+def _activation_code(activation):
+    """The gnsilu_activation of "silu", or of None / "none" (plain group_norm)."""
+    if activation is None or (isinstance(activation, str) and activation == "none"):
+        return ACTIVATION_NONE
+    if isinstance(activation, str) and activation == "silu":
+        return ACTIVATION_SILU
+    raise invalid_argument("activation", f"must be \"silu\" (y = silu(group_norm(x))) or None / \"none\" "
+                                         f"(y = group_norm(x)), got {activation!r}")
+
+
+# ---- memory layouts ---------------------------------------------------------------------------------------------
+def _c_contiguous(shape, strides, item_size):
+    if 0 in shape:
+        return True
+    expected = item_size
+    for size, stride in reversed(list(zip(shape, strides))):
+        if size > 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _channels_last_order(ndim):
+    """The dimensions of an (N, C, *spatial) array from outermost to innermost in channels-last memory:
+    (0, 2, ..., ndim - 1, 1)."""
+    return (0, *range(2, ndim), 1)
+
+
+def _inverse(order):
+    """The permutation that undoes `order`: t.permute(order).permute(inverse) has t's dimensions in t's order."""
+    inverse = [0] * len(order)
+    for position, dimension in enumerate(order):
+        inverse[dimension] = position
+    return tuple(inverse)
+
+
+def layout_of(shape, strides, item_size=1):
+    """How a dense (N, C, *spatial) array lies in memory, from its sizes and strides alone (a pure function).
+
+    strides count elements (torch's Tensor.stride()) or, with item_size, bytes (__cuda_array_interface__).
+    Returns "channels_first" when the strides are those of a C-contiguous array (torch.contiguous_format),
+    "channels_last" when they are those of a C-contiguous (N, *spatial, C) array seen as (N, C, *spatial), that
+    is channel dimension innermost (torch.channels_last for 4-D, channels_last_3d for 5-D, and the same rule for
+    any rank >= 3: (N, C, L) with strides (L*C, 1, C) is channels-last), and None for anything else (gaps,
+    overlaps, or dense in another order): gnsilu's C API takes the first two as they are. The strides of size-1
+    dimensions do not matter, nor do any where there are no elements. An array that is both (C = 1, or a single
+    spatial element) is "channels_first", which is then the same memory.
+    """
+    shape, strides = tuple(shape), tuple(strides)
+    if len(shape) != len(strides):
+        return None
+    if _c_contiguous(shape, strides, item_size):
+        return "channels_first"
+    if len(shape) >= 3:
+        order = _channels_last_order(len(shape))
+        if _c_contiguous([shape[d] for d in order], [strides[d] for d in order], item_size):
+            return "channels_last"
+    return None
+
+
 def _stream_handle(stream):
     """A CUstream handle from an int, a torch.cuda.Stream (.cuda_stream) or a CuPy stream (.ptr)."""
     for attribute in ("cuda_stream", "ptr"):
@@ -97,10 +163,14 @@ def _optional_module(name):
         return None
 
 
-def _run(x_ptr, x_code, y_ptr, y_code, shape, groups, weight, bias, eps, stream):
-    """The C call; weight and bias are (pointer or None, gnsilu_dtype)."""
-    _lib.call("gnsilu_group_norm_silu", x_ptr, x_code, y_ptr, y_code, _lib.int64_array(shape), len(shape), groups,
-              weight[0], weight[1], bias[0], bias[1], eps, None, 0, stream)
+def _run(x_ptr, x_code, y_ptr, y_code, layout, shape, groups, weight, bias, eps, activation, stream):
+    """The C call, gnsilu_group_norm; weight and bias are (pointer or None, gnsilu_dtype); x and y both lie in
+    `layout` (a name from layout_of)."""
+    code = _LAYOUT_CODES[layout]
+    problem = _lib.problem(x=x_ptr, x_dtype=x_code, x_layout=code, y=y_ptr, y_dtype=y_code, y_layout=code,
+                           shape=_lib.int64_array(shape), ndim=len(shape), num_groups=groups, weight=weight[0],
+                           weight_dtype=weight[1], bias=bias[0], bias_dtype=bias[1], eps=eps, activation=activation)
+    _lib.call("gnsilu_group_norm", ctypes.byref(problem), None, 0, stream)
 
 
 # ---- torch tensors --------------------------------------------------------------------------------------------
@@ -140,7 +210,47 @@ def _torch_parameter(torch, value, name, x, channels):
     return tensor, (tensor.data_ptr(), code)
 
 
-def _torch_group_norm_silu(torch, x, num_groups, weight, bias, eps, out_dtype, out):
+def _torch_empty(torch, shape, dtype, device, layout):
+    """A new tensor of `shape` in `layout` (for channels-last: torch.empty of the (N, *spatial, C) shape, permuted
+    to (N, C, *spatial), which is torch.channels_last / channels_last_3d for 4-D / 5-D and the same for any rank)."""
+    if layout == "channels_last":
+        order = _channels_last_order(len(shape))
+        return torch.empty([shape[d] for d in order], dtype=dtype, device=device).permute(_inverse(order))
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _torch_in_layout(x, layout):
+    """A dense copy of x in `layout` (for an x that is in neither)."""
+    if layout == "channels_last":
+        order = _channels_last_order(x.dim())
+        return x.permute(order).contiguous().permute(_inverse(order))
+    return x.contiguous()
+
+
+def _torch_operands(torch, x, y, y_dtype):
+    """(x, y, layout) as gnsilu_group_norm takes them: x itself when layout_of finds it in either layout, else a
+    dense copy (in out's layout when out is given, else contiguous); y, when None, a new tensor of y_dtype on x's
+    device in that layout. A given y must be in x's layout (InvalidArgumentError naming 'out')."""
+    shape = tuple(x.shape)
+    x_layout = layout_of(shape, x.stride())
+    if y is None:
+        layout = x_layout or "channels_first"
+        y = _torch_empty(torch, shape, y_dtype, x.device, layout)
+    else:
+        layout = layout_of(shape, y.stride())
+        if layout is None:
+            raise invalid_argument("out", f"must be dense, contiguous or channels-last (gnsilu writes y as one "
+                                          f"dense block in x's layout), got strides {tuple(y.stride())} for shape "
+                                          f"{shape}")
+        if x_layout is not None and layout != x_layout:
+            raise invalid_argument("out", f"is {_LAYOUT_WORDS[layout]} but x is {_LAYOUT_WORDS[x_layout]}: gnsilu "
+                                          "writes y in x's memory layout")
+    if x_layout is None:
+        x = _torch_in_layout(x, layout)  # a copy only when x is in neither layout (documented)
+    return x, y, layout
+
+
+def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out):
     if not x.is_cuda:
         raise invalid_argument("x", f"must be a CUDA tensor, got one on {x.device}")
     x_code = _torch_code(torch, x, "x")
@@ -150,9 +260,9 @@ def _torch_group_norm_silu(torch, x, num_groups, weight, bias, eps, out_dtype, o
     weight_tensor, weight_arg = _torch_parameter(torch, weight, "weight", x, shape[1])
     bias_tensor, bias_arg = _torch_parameter(torch, bias, "bias", x, shape[1])
     y_code = x_code if out_dtype is None else _dtype_code(out_dtype, "out_dtype")
+    dtypes = {BF16: torch.bfloat16, FP16: torch.float16, FP32: torch.float32}
     if out is None:
-        dtypes = {BF16: torch.bfloat16, FP16: torch.float16, FP32: torch.float32}
-        result = y = torch.empty(shape, dtype=dtypes[y_code], device=x.device)
+        result = y = None  # made by _torch_operands, in x's layout
     else:
         result, y = out, _as_torch(torch, out, "out")
         if y.device != x.device:
@@ -163,26 +273,29 @@ def _torch_group_norm_silu(torch, x, num_groups, weight, bias, eps, out_dtype, o
         y_code = out_code
         if tuple(y.shape) != shape:
             raise invalid_argument("out", f"must have x's shape {shape}, got {tuple(y.shape)}")
-        if not y.is_contiguous():
-            raise invalid_argument("out", "must be contiguous (gnsilu writes it as one dense block)")
     if torch.is_grad_enabled():
         for name, tensor in (("x", x), ("weight", weight_tensor), ("bias", bias_tensor), ("out", y)):
             if tensor is not None and tensor.requires_grad:
                 raise invalid_argument(name, "requires grad, but gnsilu computes no gradients: call it under "
                                              "torch.no_grad() or torch.inference_mode(), or use "
-                                             "gnsilu.torch.GroupNormSiLU, which then runs PyTorch's ops")
-    x = x.contiguous()  # a copy only when x is not contiguous (documented)
+                                             "gnsilu.torch.GroupNorm / GroupNormSiLU, which then run PyTorch's "
+                                             "ops")
+    x, y, layout = _torch_operands(torch, x, y, dtypes[y_code])
+    if result is None:
+        result = y
     if x.numel() == 0:
         return result
     with torch.cuda.device(x.device):
-        _run(x.data_ptr(), x_code, y.data_ptr(), y_code, shape, groups, weight_arg, bias_arg, eps,
-             torch.cuda.current_stream(x.device).cuda_stream)
+        _run(x.data_ptr(), x_code, y.data_ptr(), y_code, layout, shape, groups, weight_arg, bias_arg, eps,
+             activation, torch.cuda.current_stream(x.device).cuda_stream)
     return result
 
 
 # ---- __cuda_array_interface__ objects (CuPy, Numba, ...) -------------------------------------------------------
 class _Interface:
-    """What gnsilu needs from an object's __cuda_array_interface__."""
+    """What gnsilu needs from an object's __cuda_array_interface__. `layout` is layout_of's name for its strides
+    ("channels_first" for C-contiguous, also where the interface gives no strides); arrays in neither layout are
+    refused (InvalidArgumentError naming the argument): there is no copy for these."""
 
     def __init__(self, value, name):
         try:
@@ -191,6 +304,8 @@ class _Interface:
             typestr = interface["typestr"]
             self.pointer, self.readonly = interface["data"]
             strides = interface.get("strides")
+            if strides is not None:
+                strides = tuple(int(s) for s in strides)
             mask = interface.get("mask")
             self.stream = interface.get("stream")  # version 3; None: no synchronization needed
         except Exception as e:  # a malformed interface, whatever the error
@@ -201,19 +316,12 @@ class _Interface:
                                          "through __cuda_array_interface__ (for bfloat16 pass torch tensors)")
         if mask is not None:
             raise invalid_argument(name, "is a masked array; gnsilu takes plain arrays")
-        if strides is not None and not _c_contiguous(self.shape, tuple(strides), _ITEM_SIZES[self.code]):
-            raise invalid_argument(name, f"must be C-contiguous, got strides {tuple(strides)} for shape {self.shape}")
-
-
-def _c_contiguous(shape, strides, item_size):
-    if 0 in shape:
-        return True
-    expected = item_size
-    for size, stride in reversed(list(zip(shape, strides))):
-        if size > 1 and stride != expected:
-            return False
-        expected *= size
-    return True
+        self.layout = "channels_first" if strides is None else layout_of(self.shape, strides, _ITEM_SIZES[self.code])
+        if self.layout is None:
+            also = " or channels-last (N, *spatial, C order: channel dimension innermost)" if len(self.shape) >= 3 \
+                else ""
+            raise invalid_argument(name, f"must be C-contiguous{also}, got strides {strides} (bytes) for shape "
+                                         f"{self.shape}")
 
 
 def _interface_parameter(value, name, channels):
@@ -227,19 +335,23 @@ def _interface_parameter(value, name, channels):
     return interface, (interface.pointer, interface.code)
 
 
-def _cupy_empty(x, shape, code):
+def _cupy_empty(x, shape, code, layout):
+    """A new CuPy array of `shape` in `layout` (channels-last: the (N, *spatial, C) array, transposed)."""
     cupy = _optional_module("cupy")
     if cupy is None:
         raise invalid_argument("out", "x has __cuda_array_interface__ and CuPy is not installed, so gnsilu cannot "
-                                      "allocate the result: pass out= (a C-contiguous array of x's shape on x's "
+                                      "allocate the result: pass out= (an array of x's shape in x's layout on x's "
                                       "device), or use torch tensors")
     if code == BF16:
         raise invalid_argument("out_dtype", "CuPy has no bfloat16: pass out=, or use torch tensors")
     with cupy.asarray(x).device:
+        if layout == "channels_last":
+            order = _channels_last_order(len(shape))
+            return cupy.empty([shape[d] for d in order], dtype=_NAMES[code]).transpose(_inverse(order))
         return cupy.empty(shape, dtype=_NAMES[code])
 
 
-def _interface_group_norm_silu(x, num_groups, weight, bias, eps, out_dtype, out, stream):
+def _interface_group_norm(x, num_groups, weight, bias, eps, activation, out_dtype, out, stream):
     x_interface = _Interface(x, "x")
     shape = _shape(x_interface.shape, "x")
     groups = _groups(num_groups, shape[1])
@@ -249,7 +361,7 @@ def _interface_group_norm_silu(x, num_groups, weight, bias, eps, out_dtype, out,
     given = [i for i in (x_interface, weight_interface, bias_interface) if i is not None]
     y_code = x_interface.code if out_dtype is None else _dtype_code(out_dtype, "out_dtype")
     if out is None:
-        out = _cupy_empty(x, shape, y_code)
+        out = _cupy_empty(x, shape, y_code, x_interface.layout)
         y_interface = _Interface(out, "out")
     else:
         if not hasattr(out, "__cuda_array_interface__"):
@@ -260,6 +372,9 @@ def _interface_group_norm_silu(x, num_groups, weight, bias, eps, out_dtype, out,
             raise invalid_argument("out_dtype", f"is {_NAMES[y_code]}, but out is {_NAMES[y_interface.code]}")
         if y_interface.shape != shape:
             raise invalid_argument("out", f"must have x's shape {shape}, got {y_interface.shape}")
+        if y_interface.layout != x_interface.layout:
+            raise invalid_argument("out", f"is {_LAYOUT_WORDS[y_interface.layout]} but x is "
+                                          f"{_LAYOUT_WORDS[x_interface.layout]}: gnsilu writes y in x's memory layout")
         if y_interface.readonly:
             raise invalid_argument("out", "is read-only")
     if stream is not None:
@@ -272,58 +387,81 @@ def _interface_group_norm_silu(x, num_groups, weight, bias, eps, out_dtype, out,
         handle = streams.pop() if streams else 0
     if math.prod(shape) == 0:
         return out
-    _run(x_interface.pointer, x_interface.code, y_interface.pointer, y_interface.code, shape, groups, weight_arg,
-         bias_arg, eps, handle)
+    _run(x_interface.pointer, x_interface.code, y_interface.pointer, y_interface.code, x_interface.layout, shape,
+         groups, weight_arg, bias_arg, eps, activation, handle)
     return out
 
 
 # ---- the public functions ---------------------------------------------------------------------------------------
-def group_norm_silu(x, num_groups, weight=None, bias=None, eps=1e-6, out_dtype=None, out=None, stream=None):
-    """y = silu(group_norm(x, num_groups, weight, bias, eps)) on the GPU, in one pass; returns y.
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None, out=None,
+               stream=None):
+    """y = silu(group_norm(x, num_groups, weight, bias, eps)), or group_norm(...) alone with activation=None, on
+    the GPU; returns y.
 
-    x: a contiguous (N, C, *spatial) CUDA array, bfloat16, float16 or float32, as
-      - a torch.Tensor: a non-contiguous x is copied with .contiguous() first (one more pass over memory; pass
-        contiguous tensors for speed). The call runs on torch.cuda.current_stream(x.device) (use
-        `with torch.cuda.stream(s):` for another stream; `stream` must be None). weight, bias and out must be
-        on x's device. y is a new tensor from torch.empty on x's device unless out is given. Inputs that require
+    x: an (N, C, *spatial) CUDA array (N >= 0, C >= 1, any number of spatial dimensions), bfloat16, float16 or
+    float32, channels-first (C-contiguous: torch.contiguous_format) or channels-last (channel dimension
+    innermost: torch.channels_last, channels_last_3d, and (N, C, L) with strides (L*C, 1, C), as
+    hidden_states.transpose(1, 2) gives); see layout_of. Both go to the library as they are, and give the same
+    bits. y is written in x's layout. As
+      - a torch.Tensor: an x in neither layout (gaps, stride 0, dense in another order) is copied first, with
+        .contiguous() (into out's layout when out is given): one more pass over memory. The call runs on
+        torch.cuda.current_stream(x.device) (use `with torch.cuda.stream(s):` for another stream; `stream` must
+        be None). weight, bias and out must be on x's device. Without out, y is a new tensor on x's device in x's
+        memory format (contiguous when x was copied), like torch.empty_like(x)'s preserve_format. Inputs that require
         grad raise InvalidArgumentError while grad mode is on (gnsilu has no backward; see gnsilu.torch).
-      - an object with __cuda_array_interface__ (CuPy, Numba; float16 and float32 only): it must be C-contiguous,
-        and so must weight, bias and out (objects with the interface too). Without out, the result is allocated
-        with CuPy (which must then be installed). The call runs on `stream` if given, else on the stream the
-        interfaces name (they must agree), else on the legacy default stream.
+      - an object with __cuda_array_interface__ (CuPy, Numba; float16 and float32 only): it must be C-contiguous
+        or channels-last (strides in bytes), out in the same layout, weight and bias contiguous (objects with the
+        interface too); nothing is copied. Without out, the result is allocated with CuPy (which must then be
+        installed), in x's layout. The call runs on `stream` if given, else on the stream the interfaces name (they
+        must agree), else on the legacy default stream.
       - an object with __dlpack__ (JAX, ...): read with torch.from_dlpack when PyTorch is installed (the result
         is then a torch tensor), else with cupy.from_dlpack.
     num_groups: G >= 1 dividing C. weight, bias: C values each (any of the three dtypes), or None.
-    eps: finite and > 0. out_dtype: the dtype of y (default: x's), as a torch/NumPy dtype or a name such as
-    "bfloat16". out: where to write y (x itself is allowed when both dtypes have one size).
-    stream: a CUstream handle (int), torch.cuda.Stream or CuPy stream, for __cuda_array_interface__ objects only.
+    eps: finite and > 0. activation: "silu" (the default: y = silu(group_norm(x))), or None or "none" (y =
+    group_norm(x), as torch.nn.functional.group_norm). out_dtype: the dtype of y (default: x's), as a torch/NumPy
+    dtype or a name such as "bfloat16". out: where to write y, in x's layout (x itself is allowed when both dtypes
+    have one size). stream: a CUstream handle (int), torch.cuda.Stream or CuPy stream, for
+    __cuda_array_interface__ objects only.
 
     Arguments are checked in Python before anything else (InvalidArgumentError names the argument); zero-element
     tensors return at once. The library is loaded on the first call (LibraryNotFoundError if it cannot be).
     """
+    activation_code = _activation_code(activation)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
         if stream is not None:
             raise invalid_argument("stream", "must be None for torch tensors: the call runs on torch's current "
                                              "stream of x's device; use `with torch.cuda.stream(s):`")
-        return _torch_group_norm_silu(torch, x, num_groups, weight, bias, eps, out_dtype, out)
+        return _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation_code, out_dtype, out)
     if hasattr(x, "__cuda_array_interface__"):
-        return _interface_group_norm_silu(x, num_groups, weight, bias, eps, out_dtype, out, stream)
+        return _interface_group_norm(x, num_groups, weight, bias, eps, activation_code, out_dtype, out, stream)
     if hasattr(x, "__dlpack__"):
         torch = _optional_module("torch")
         if torch is not None:
-            return group_norm_silu(_as_torch(torch, x, "x"), num_groups, weight, bias, eps, out_dtype, out, stream)
+            return group_norm(_as_torch(torch, x, "x"), num_groups, weight, bias, eps, activation, out_dtype, out,
+                              stream)
         cupy = _optional_module("cupy")
         if cupy is not None:
-            return _interface_group_norm_silu(cupy.from_dlpack(x), num_groups, weight, bias, eps, out_dtype, out,
-                                              stream)
+            return _interface_group_norm(cupy.from_dlpack(x), num_groups, weight, bias, eps, activation_code,
+                                         out_dtype, out, stream)
         raise invalid_argument("x", "is a DLPack object, but neither PyTorch nor CuPy is installed to read it")
     raise invalid_argument("x", "must be a CUDA array: a torch.Tensor, or an object with __cuda_array_interface__ "
                                 f"or __dlpack__, got {type(x).__name__}")
 
 
+def group_norm_silu(x, num_groups, weight=None, bias=None, eps=1e-6, out_dtype=None, out=None, stream=None):
+    """y = silu(group_norm(x, num_groups, weight, bias, eps)) on the GPU, in one pass; returns y.
+
+    group_norm(x, num_groups, weight, bias, eps, activation="silu", out_dtype=out_dtype, out=out, stream=stream):
+    the arrays it takes (channels-first or channels-last), the copies it makes and the layout of y are described
+    there.
+    """
+    return group_norm(x, num_groups, weight, bias, eps, "silu", out_dtype, out, stream)
+
+
 def workspace_size(shape, num_groups):
-    """Bytes of workspace a call on an x of this shape may need (internal workspaces are managed for you)."""
+    """Bytes of workspace a call on an x of this shape may need (internal workspaces are managed for you). The
+    same for every dtype, layout (shape is (N, C, *spatial) in both) and activation."""
     shape = _shape(shape, "shape")
     groups = _groups(num_groups, shape[1])
     size = ctypes.c_size_t()

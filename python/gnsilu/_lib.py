@@ -19,8 +19,39 @@ LIBRARY_NAME = "libgnsilu.so"
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 _c_int64_p = ctypes.POINTER(ctypes.c_int64)
+
+
+class Problem(ctypes.Structure):
+    """struct gnsilu_problem of include/gnsilu/gnsilu.h, field for field (the enums are C ints): what
+    gnsilu_group_norm takes. struct_size must be ctypes.sizeof(Problem), the size of this version of the struct
+    (the library reads that many bytes and gives later fields their defaults). Keep it in step with the header:
+    python/tests/test_cpu.py compares sizeof and every offset with a C compiler's."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("x", ctypes.c_void_p),
+        ("x_dtype", ctypes.c_int),
+        ("x_layout", ctypes.c_int),
+        ("y", ctypes.c_void_p),
+        ("y_dtype", ctypes.c_int),
+        ("y_layout", ctypes.c_int),
+        ("shape", _c_int64_p),
+        ("ndim", ctypes.c_int),
+        ("num_groups", ctypes.c_int64),
+        ("weight", ctypes.c_void_p),
+        ("weight_dtype", ctypes.c_int),
+        ("bias", ctypes.c_void_p),
+        ("bias_dtype", ctypes.c_int),
+        ("eps", ctypes.c_double),
+        ("activation", ctypes.c_int),
+    ]
+
+
 # Every function of include/gnsilu/gnsilu.h: (restype, argtypes).
 _SIGNATURES = {
+    "gnsilu_group_norm": (ctypes.c_int, [ctypes.POINTER(Problem), ctypes.c_void_p, ctypes.c_size_t,
+                                         ctypes.c_void_p]),
+    "gnsilu_problem_workspace_size": (ctypes.c_int, [ctypes.POINTER(Problem), ctypes.POINTER(ctypes.c_size_t)]),
     "gnsilu_group_norm_silu": (ctypes.c_int, [
         ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, _c_int64_p, ctypes.c_int, ctypes.c_int64,
         ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_double, ctypes.c_void_p,
@@ -112,3 +143,9 @@ def call(name, *args):
 def int64_array(values):
     """A ctypes int64_t[] holding values."""
     return (ctypes.c_int64 * len(values))(*values)
+
+
+def problem(**fields):
+    """A Problem with struct_size set and the given fields; the others are zero (channels-first layouts, SiLU,
+    no weight or bias, and null pointers). Pointer fields keep the ctypes objects they are given alive."""
+    return Problem(struct_size=ctypes.sizeof(Problem), **fields)

@@ -6,11 +6,20 @@
 - import works without the library; a missing or unloadable library is a LibraryNotFoundError that lists where
   it looked; the search order (GNSILU_LIBRARY, next to the package, the build folder, the system loader);
 - every argument check names the argument, before the library is even loaded;
+- the binding: the ctypes gnsilu_problem against the header (offsets on LP64, and gcc's sizeof/offsetof where
+  gcc is installed), the codes against the header's enums, and the problem group_norm fills in (a stand-in for
+  the C call records it);
+- layout_of, the classification of (shape, strides) as channels-first, channels-last or neither;
 - with the real library (GNSILU_LIBRARY, else the default search; those tests skip when there is none): the
-  version, C errors mapped to exceptions with the library's message (no driver here: NoDriverError);
+  version, C errors mapped to exceptions with the library's message (no driver here: NoDriverError), every field
+  of the problem read where the library reads it (each set wrong in turn is the one its message names);
 - the proof behind swap_group_norm_silu on plain Python classes (no torch needed);
-- with PyTorch installed: GroupNormSiLU and swap_group_norm_silu on CPU tensors give PyTorch's exact results.
+- with PyTorch installed: layout_of on tensors against torch's own is_contiguous(memory_format=...), the torch
+  path of group_norm with CUDA pretended (the layout passed, copies, out checks), GroupNormSiLU, GroupNorm and
+  swap_group_norm_silu on CPU tensors giving PyTorch's exact results.
 """
+import collections
+import contextlib
 import ctypes
 import ctypes.util
 import math
@@ -20,7 +29,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import types
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.dirname(HERE)
@@ -71,6 +82,48 @@ class FakeDeviceArray:
 class FakeDLPack:
     def __dlpack__(self, stream=None):
         raise AssertionError("never read in these tests")
+
+
+def dense_strides(shape, order, item_size=1):
+    """Strides of a dense array of `shape` whose dimensions lie in memory in `order` (outermost first)."""
+    strides = [0] * len(shape)
+    step = item_size
+    for dimension in reversed(order):
+        strides[dimension] = step
+        step *= shape[dimension]
+    return tuple(strides)
+
+
+def channels_last_strides(shape, item_size=1):
+    return dense_strides(shape, (0, *range(2, len(shape)), 1), item_size)
+
+
+HEADER = os.path.join(REPO, "include", "gnsilu", "gnsilu.h")
+PROBLEM_FIELDS = ["struct_size", "x", "x_dtype", "x_layout", "y", "y_dtype", "y_layout", "shape", "ndim", "num_groups",
+                  "weight", "weight_dtype", "bias", "bias_dtype", "eps", "activation"]
+
+
+class RecordedCall:
+    """Stands for _lib.call: records the name, the gnsilu_problem's fields (read during the call, while the
+    arrays it points to live) and the other arguments, then succeeds."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, name, *args):
+        problem = args[0]._obj  # ctypes.byref(problem)
+        fields = {field: getattr(problem, field) for field in PROBLEM_FIELDS}
+        fields["shape"] = [problem.shape[i] for i in range(problem.ndim)]
+        self.calls.append((name, fields, args[1:]))
+
+    @property
+    def problem(self):
+        self.assert_one()
+        return self.calls[0][1]
+
+    def assert_one(self):
+        if len(self.calls) != 1:
+            raise AssertionError(f"expected one C call, got {len(self.calls)}")
 
 
 # ---- the library: loading and searching -----------------------------------------------------------------------
@@ -199,6 +252,40 @@ class TestArguments(unittest.TestCase):
         if torch is None and _api._optional_module("cupy") is None:
             self.assertIn("neither PyTorch nor CuPy", self.assertNames("x", run, FakeDLPack(), 32))
 
+    def test_activation(self):
+        for bad in ("relu", "SiLU", "", "identity", 0, 1, True, ["silu"]):
+            with self.subTest(activation=bad):
+                message = self.assertNames("activation", gnsilu.group_norm, self.x, 32, activation=bad, out=self.out)
+                self.assertIn("silu", message)
+        # Checked first, whatever x is.
+        self.assertNames("activation", gnsilu.group_norm, 3, 32, activation="gelu")
+        self.assertEqual(_api._activation_code("silu"), _api.ACTIVATION_SILU)
+        self.assertEqual(_api._activation_code("none"), _api.ACTIVATION_NONE)
+        self.assertEqual(_api._activation_code(None), _api.ACTIVATION_NONE)
+
+    def test_group_norm_checks_like_group_norm_silu(self):
+        for function in (gnsilu.group_norm, gnsilu.group_norm_silu):
+            self.assertNames("num_groups", function, self.x, 3, out=self.out)
+            self.assertNames("eps", function, self.x, 32, eps=0, out=self.out)
+            self.assertNames("x", function, 3, 32)
+        self.assertNames("eps", gnsilu.group_norm, self.x, 32, eps=-1.0, activation=None, out=self.out)
+
+    def test_interface_layouts(self):
+        run = gnsilu.group_norm
+        shape = (2, 64, 8, 8)
+        nhwc = FakeDeviceArray(shape, strides=channels_last_strides(shape, 2))
+        nhwc_out = FakeDeviceArray(shape, pointer=0x7F0000100000, strides=channels_last_strides(shape, 2))
+        self.assertIn("channels-last but x is channels-first", self.assertNames("out", run, self.x, 32, out=nhwc_out))
+        self.assertIn("channels-first (contiguous) but x is channels-last",
+                      self.assertNames("out", run, nhwc, 32, out=self.out))
+        other = FakeDeviceArray(shape, pointer=0x7F0000100000, strides=dense_strides(shape, (1, 0, 2, 3), 2))
+        self.assertIn("channels-last", self.assertNames("out", run, nhwc, 32, out=other))
+        self.assertIn("channels-last", self.assertNames("x", run, other, 32, out=nhwc_out))
+        self.assertIn("C-contiguous", self.assertNames("weight", run, self.x, 32,
+                                                       FakeDeviceArray((64,), strides=(4,)), out=self.out))
+        self.assertNames("x", run, FakeDeviceArray(shape, strides=(1, 2)), 32, out=self.out)  # malformed strides
+        self.assertNames("x", run, FakeDeviceArray(shape, strides=3), 32, out=self.out)
+
     def test_contiguity(self):
         self.assertTrue(_api._c_contiguous((2, 64, 8, 8), (8192, 128, 16, 2), 2))
         self.assertTrue(_api._c_contiguous((2, 64, 1, 8), (1024, 16, 7, 2), 2))  # size-1 dims: any stride
@@ -265,6 +352,188 @@ class TestArguments(unittest.TestCase):
         self.assertNames("user", gnsilu.set_cache_paths, 3)
 
 
+# ---- memory layouts from shapes and strides ---------------------------------------------------------------------
+class TestLayoutOf(unittest.TestCase):
+    def test_channels_first_and_last(self):
+        layout = _api.layout_of
+        for shape in ((2, 64, 8, 8), (2, 96, 77), (2, 32, 4, 6, 5), (1, 8, 2, 3, 4, 5), (3, 5, 7, 2)):
+            with self.subTest(shape=shape):
+                self.assertEqual(layout(shape, dense_strides(shape, range(len(shape)))), "channels_first")
+                self.assertEqual(layout(shape, channels_last_strides(shape)), "channels_last")
+                self.assertEqual(layout(shape, channels_last_strides(shape, 4), 4), "channels_last")
+                self.assertIsNone(layout(shape, channels_last_strides(shape, 4), 2))  # strides are bytes of 4
+        # (N, C, L) from hidden_states.transpose(1, 2) in diffusers' attention: channels-last, no copy.
+        self.assertEqual(layout((2, 512, 4096), (4096 * 512, 1, 512)), "channels_last")
+
+    def test_neither(self):
+        layout = _api.layout_of
+        shape = (2, 64, 8, 8)
+        self.assertIsNone(layout(shape, dense_strides(shape, (0, 1, 3, 2))))  # dense, another order
+        self.assertIsNone(layout(shape, dense_strides(shape, (1, 0, 2, 3))))
+        self.assertIsNone(layout(shape, dense_strides(shape, (0, 3, 2, 1))))
+        self.assertIsNone(layout(shape, (8192, 128, 16, 2)))  # gaps
+        self.assertIsNone(layout(shape, (0, 64, 8, 1)))  # expanded along N
+        self.assertIsNone(layout(shape, (4096, 64, 8)))  # not a stride per dimension
+        self.assertIsNone(layout((2, 64, 8), (512, 1, 128)))  # channels innermost, with gaps
+
+    def test_size_one_dimensions_and_both(self):
+        layout = _api.layout_of
+        # Strides of size-1 dimensions do not matter.
+        self.assertEqual(layout((1, 64, 8, 8), (7, 64, 8, 1)), "channels_first")
+        self.assertEqual(layout((1, 64, 8, 8), (99, 1, 512, 64)), "channels_last")
+        self.assertEqual(layout((2, 64, 1, 8), (512, 1, 3, 64)), "channels_last")
+        # Both at once (C = 1, one spatial element, no spatial dimension): channels_first, the same memory.
+        self.assertEqual(layout((2, 1, 8, 8), (64, 64, 8, 1)), "channels_first")
+        self.assertEqual(layout((2, 1, 8, 8), (64, 1, 8, 1)), "channels_first")
+        self.assertEqual(layout((2, 64, 1, 1), (64, 1, 64, 64)), "channels_first")
+        self.assertEqual(layout((2, 64), (64, 1)), "channels_first")
+        self.assertIsNone(layout((2, 64), (1, 2)))  # no channels-last for 2-D: it would be channels-first
+        # No elements: nothing is read, any strides.
+        self.assertEqual(layout((0, 64, 8, 8), (1, 2, 3, 4)), "channels_first")
+
+    def test_orders(self):
+        self.assertEqual(_api._channels_last_order(4), (0, 2, 3, 1))
+        self.assertEqual(_api._channels_last_order(3), (0, 2, 1))
+        for ndim in range(3, 7):
+            order = _api._channels_last_order(ndim)
+            inverse = _api._inverse(order)
+            self.assertEqual(tuple(order[i] for i in inverse), tuple(range(ndim)))
+        self.assertEqual(_api._inverse((0, 2, 3, 1)), (0, 3, 1, 2))
+
+
+# ---- the binding: gnsilu_problem and the codes ------------------------------------------------------------------
+class TestBinding(unittest.TestCase):
+    # Offsets on LP64 (x86-64 and aarch64 Linux): 8-byte pointers, size_t, int64_t and double, 4-byte enums and int.
+    LP64_OFFSETS = {"struct_size": 0, "x": 8, "x_dtype": 16, "x_layout": 20, "y": 24, "y_dtype": 32, "y_layout": 36,
+                    "shape": 40, "ndim": 48, "num_groups": 56, "weight": 64, "weight_dtype": 72, "bias": 80,
+                    "bias_dtype": 88, "eps": 96, "activation": 104}
+
+    def test_fields_in_header_order(self):
+        self.assertEqual([name for name, _ in _lib.Problem._fields_], PROBLEM_FIELDS)
+        with open(HEADER) as f:
+            header = f.read()
+        body = re.search(r"typedef struct gnsilu_problem \{(.*?)\} gnsilu_problem;", header, re.S).group(1)
+        declared = re.findall(r"(\w+);", re.sub(r"/\*.*?\*/", "", body, flags=re.S))
+        self.assertEqual(declared, PROBLEM_FIELDS)
+
+    def test_lp64_layout(self):
+        if ctypes.sizeof(ctypes.c_void_p) != 8 or ctypes.sizeof(ctypes.c_int) != 4:
+            self.skipTest("not an LP64 platform")
+        self.assertEqual(ctypes.sizeof(_lib.Problem), 112)
+        self.assertEqual({name: getattr(_lib.Problem, name).offset for name in PROBLEM_FIELDS}, self.LP64_OFFSETS)
+        problem = _lib.problem()
+        self.assertEqual(problem.struct_size, 112)
+        self.assertEqual((problem.x_layout, problem.activation, problem.weight, problem.eps), (0, 0, None, 0.0))
+
+    def test_layout_matches_the_c_compiler(self):
+        compiler = shutil.which("gcc") or shutil.which("cc")
+        if compiler is None:
+            self.skipTest("no C compiler")
+        enums = ["GNSILU_" + name for name in ("NONE", "BF16", "FP16", "FP32", "CHANNELS_FIRST", "CHANNELS_LAST",
+                                              "ACTIVATION_SILU", "ACTIVATION_NONE")]
+        program = "#include <stddef.h>\n#include <stdio.h>\n#include \"gnsilu/gnsilu.h\"\nint main(void) {\n"
+        program += '  printf("sizeof %zu\\n", sizeof(gnsilu_problem));\n'
+        for name in PROBLEM_FIELDS:
+            program += (f'  printf("{name} %zu %zu\\n", offsetof(gnsilu_problem, {name}), '
+                        f'sizeof(((gnsilu_problem*)0)->{name}));\n')
+        for name in enums:
+            program += f'  printf("{name} %d\\n", (int){name});\n'
+        program += "  return 0;\n}\n"
+        with tempfile.TemporaryDirectory() as folder:
+            source, binary = os.path.join(folder, "layout.c"), os.path.join(folder, "layout")
+            with open(source, "w") as f:
+                f.write(program)
+            built = subprocess.run([compiler, "-std=c99", "-I", os.path.join(REPO, "include"), source, "-o", binary],
+                                   capture_output=True, text=True, timeout=120)
+            self.assertEqual(built.returncode, 0, built.stderr)
+            printed = subprocess.run([binary], capture_output=True, text=True, timeout=60, check=True).stdout
+        values = {line.split()[0]: [int(v) for v in line.split()[1:]] for line in printed.splitlines()}
+        self.assertEqual(values["sizeof"], [ctypes.sizeof(_lib.Problem)])
+        for name, field_type in _lib.Problem._fields_:
+            with self.subTest(field=name):
+                self.assertEqual(values[name], [getattr(_lib.Problem, name).offset, ctypes.sizeof(field_type)])
+        self.assertEqual([values[name][0] for name in enums],
+                         [_api.NONE, _api.BF16, _api.FP16, _api.FP32, _api.CHANNELS_FIRST, _api.CHANNELS_LAST,
+                          _api.ACTIVATION_SILU, _api.ACTIVATION_NONE])
+
+    def test_codes_match_the_header(self):
+        with open(HEADER) as f:
+            header = f.read()
+        enums = {}
+        for name, body in re.findall(r"typedef enum (\w+) \{(.*?)\}", header, re.S):
+            enums[name] = {k: int(v) for k, v in re.findall(r"GNSILU_(\w+) = (\d+)", body)}
+        self.assertEqual(enums["gnsilu_dtype"], {"NONE": _api.NONE, "BF16": _api.BF16, "FP16": _api.FP16,
+                                                 "FP32": _api.FP32})
+        self.assertEqual(enums["gnsilu_layout"], {"CHANNELS_FIRST": _api.CHANNELS_FIRST,
+                                                  "CHANNELS_LAST": _api.CHANNELS_LAST})
+        self.assertEqual(enums["gnsilu_activation"], {"ACTIVATION_SILU": _api.ACTIVATION_SILU,
+                                                      "ACTIVATION_NONE": _api.ACTIVATION_NONE})
+        self.assertEqual(enums["gnsilu_tune_policy"], {"TUNE_ON_FIRST_USE": _api._TUNE_POLICIES["on"],
+                                                       "TUNE_CACHED_ONLY": _api._TUNE_POLICIES["cached"],
+                                                       "TUNE_NEVER": _api._TUNE_POLICIES["off"]})
+        statuses = {name: code for name, code in enums["gnsilu_status"].items() if name != "SUCCESS"}
+        by_status = {cls.status: cls for cls in vars(_errors).values()
+                     if isinstance(cls, type) and issubclass(cls, gnsilu.Error) and cls.status is not None}
+        self.assertEqual(enums["gnsilu_status"]["SUCCESS"], 0)
+        self.assertEqual(sorted(statuses.values()), sorted(by_status))
+        names = {"ERROR_INVALID_ARGUMENT": "InvalidArgumentError", "ERROR_NO_DRIVER": "NoDriverError",
+                 "ERROR_NO_DEVICE": "NoDeviceError", "ERROR_UNSUPPORTED_DEVICE": "UnsupportedDeviceError",
+                 "ERROR_CUDA": "CudaError", "ERROR_COMPILE": "CompileError", "ERROR_OUT_OF_MEMORY": "OutOfMemoryError",
+                 "ERROR_INTERNAL": "InternalError"}
+        self.assertEqual({name: by_status[code].__name__ for name, code in statuses.items()}, names)
+
+    def test_every_function_is_declared(self):
+        with open(HEADER) as f:
+            declared = set(re.findall(r"GNSILU_API [^;]*?\b(gnsilu_\w+)\(", f.read()))
+        self.assertEqual(declared, set(_lib._SIGNATURES))
+
+    def test_the_problem_group_norm_fills_in(self):
+        shape = (2, 64, 8, 8)
+        weight = FakeDeviceArray((64,), "<f4", pointer=0x7F0000200000)
+        bias = FakeDeviceArray((64,), "<f2", pointer=0x7F0000300000)
+        cases = [
+            ("silu, channels-first", dict(x=FakeDeviceArray(shape), out=FakeDeviceArray(shape, "<f4", 0x7F0000100000),
+                                          weight=weight, bias=bias, eps=1e-5, stream=7),
+             dict(x_layout=0, y_layout=0, activation=0, y_dtype=3, weight=0x7F0000200000, weight_dtype=3,
+                  bias=0x7F0000300000, bias_dtype=2, eps=1e-5)),
+            ("none, channels-last", dict(x=FakeDeviceArray(shape, strides=channels_last_strides(shape, 2)),
+                                         out=FakeDeviceArray(shape, pointer=0x7F0000100000,
+                                                             strides=channels_last_strides(shape, 2)),
+                                         activation=None, stream=7),
+             dict(x_layout=1, y_layout=1, activation=1, y_dtype=2, weight=None, weight_dtype=0, bias=None,
+                  bias_dtype=0, eps=1e-6)),
+            ("'none', C = 1: channels-first", dict(x=FakeDeviceArray((2, 1, 8, 8), strides=(128, 2, 16, 2)),
+                                                   out=FakeDeviceArray((2, 1, 8, 8), pointer=0x7F0000100000),
+                                                   activation="none", stream=7),
+             dict(x_layout=0, y_layout=0, activation=1, y_dtype=2)),
+        ]
+        for name, arguments, expected in cases:
+            with self.subTest(case=name):
+                recorder = RecordedCall()
+                x = arguments.pop("x")
+                with mock.patch.object(_lib, "call", recorder):
+                    result = gnsilu.group_norm(x, 16 if x.__cuda_array_interface__["shape"][1] == 64 else 1,
+                                               **arguments)
+                self.assertIs(result, arguments["out"])
+                problem = recorder.problem
+                self.assertEqual(recorder.calls[0][0], "gnsilu_group_norm")
+                self.assertEqual(recorder.calls[0][2], (None, 0, 7))  # internal workspace, the stream given
+                self.assertEqual(problem["struct_size"], ctypes.sizeof(_lib.Problem))
+                self.assertEqual(problem["x"], 0x7F0000000000)
+                self.assertEqual(problem["y"], 0x7F0000100000)
+                self.assertEqual(problem["x_dtype"], _api.FP16)
+                self.assertEqual(problem["shape"], list(x.__cuda_array_interface__["shape"]))
+                self.assertEqual(problem["ndim"], 4)
+                self.assertEqual(problem["num_groups"], 16 if problem["shape"][1] == 64 else 1)
+                for field, value in expected.items():
+                    self.assertEqual(problem[field], value, field)
+        recorder = RecordedCall()
+        with mock.patch.object(_lib, "call", recorder):
+            gnsilu.group_norm_silu(FakeDeviceArray((3, 32)), 8, out=FakeDeviceArray((3, 32), pointer=0x7F0000100000))
+        self.assertEqual((recorder.problem["activation"], recorder.problem["shape"]), (_api.ACTIVATION_SILU, [3, 32]))
+        self.assertEqual(recorder.calls[0][2], (None, 0, 0))  # no stream named: the legacy default stream
+
+
 # ---- with the real library (no GPU on this machine) -------------------------------------------------------------
 class TestWithLibrary(unittest.TestCase):
     @classmethod
@@ -329,6 +598,69 @@ class TestWithLibrary(unittest.TestCase):
         # 32 bytes per 1024 elements plus 16 per channel and sample (README).
         self.assertEqual(gnsilu.workspace_size((1, 512, 128, 128), 32), 32 * 512 * 128 * 128 // 1024 + 16 * 512)
         self.assertIsInstance(gnsilu.workspace_size([2, 64], 1), int)
+
+    def problem_status(self, function="gnsilu_group_norm", size=None, **fields):
+        """Calls the C function directly with a problem over fake device pointers (never dereferenced: no GPU
+        here), changed by `fields`; returns the exception raised, or None."""
+        values = dict(x=0x7F0000000000, x_dtype=_api.FP16, y=0x7F0000100000, y_dtype=_api.FP16,
+                      shape=_lib.int64_array((2, 64, 8, 8)), ndim=4, num_groups=32, weight=0x7F0000200000,
+                      weight_dtype=_api.FP32, bias=0x7F0000300000, bias_dtype=_api.FP32, eps=1e-6)
+        values.update(fields)
+        problem = _lib.problem(**values)
+        if size is not None:
+            problem.struct_size = size
+        try:
+            if function == "gnsilu_group_norm":
+                _lib.call(function, ctypes.byref(problem), None, 0, None)
+            else:
+                _lib.call(function, ctypes.byref(problem), ctypes.byref(ctypes.c_size_t()))
+        except gnsilu.Error as e:
+            return e
+        return None
+
+    def test_problem_fields_reach_the_library(self):
+        """Each field set wrong in turn is the one the library's message names: the library reads every field
+        where the ctypes Structure puts it."""
+        error = self.device_error()
+        for fields in ({}, dict(x_layout=1, y_layout=1), dict(activation=1), dict(weight=None, bias=None),
+                       dict(x_layout=0, y_layout=1, shape=_lib.int64_array((2, 64, 1, 1))),
+                       dict(x_layout=1, y_layout=0, shape=_lib.int64_array((2, 1, 8, 8)), num_groups=1)):
+            with self.subTest(valid=fields):  # past every argument check: the missing driver or device
+                self.assertEqual(str(self.problem_status(**fields)), str(error))
+        wrong = [("x", dict(x=None)), ("y", dict(y=None)), ("x_dtype", dict(x_dtype=9)),
+                 ("y_dtype", dict(y_dtype=9)), ("weight_dtype", dict(weight_dtype=9)),
+                 ("bias_dtype", dict(bias_dtype=9)), ("x", dict(x=0x7F0000000001)), ("y", dict(y=0x7F0000100001)),
+                 ("weight", dict(weight=0x7F0000200002)), ("bias", dict(bias=0x7F0000300002)),
+                 ("eps", dict(eps=-1.0)), ("x_layout", dict(x_layout=5, y_layout=5)), ("y_layout", dict(y_layout=5)),
+                 ("y_layout", dict(y_layout=1)), ("activation", dict(activation=5)), ("num_groups", dict(num_groups=3)),
+                 ("ndim", dict(ndim=1)), ("shape", dict(shape=None)),
+                 ("problem.struct_size", dict(size=8)), ("problem.struct_size", dict(size=1 << 20))]
+        for name, fields in wrong:
+            with self.subTest(field=name, fields=fields):
+                raised = self.problem_status(**fields)
+                self.assertIsInstance(raised, gnsilu.InvalidArgumentError)
+                self.assertIn(f"invalid argument '{name}'", str(raised))
+
+    def test_problem_workspace_size(self):
+        for layout in (0, 1):
+            for activation in (0, 1):
+                size = ctypes.c_size_t()
+                problem = _lib.problem(x_layout=layout, y_layout=layout, activation=activation, eps=1e-6,
+                                       shape=_lib.int64_array((2, 512, 32, 48)), ndim=4, num_groups=32)
+                _lib.call("gnsilu_problem_workspace_size", ctypes.byref(problem), ctypes.byref(size))
+                self.assertEqual(size.value, gnsilu.workspace_size((2, 512, 32, 48), 32))
+        raised = self.problem_status("gnsilu_problem_workspace_size", num_groups=5)
+        self.assertIn("'num_groups'", str(raised))
+
+    def test_group_norm_without_gpu(self):
+        error = self.device_error()
+        shape = (2, 64, 8, 8)
+        for activation in ("silu", None):
+            with self.assertRaises(type(error)) as caught:
+                gnsilu.group_norm(FakeDeviceArray(shape, strides=channels_last_strides(shape, 2)), 32,
+                                  activation=activation, out=FakeDeviceArray(
+                                      shape, pointer=0x7F0000100000, strides=channels_last_strides(shape, 2)))
+            self.assertEqual(str(caught.exception), str(error))
 
     def test_settings(self):
         for policy in ("off", "cached", "on"):
@@ -638,7 +970,7 @@ class TestTorchOnCPU(unittest.TestCase):
         self.assertIsInstance(head[1], nn.Identity)
         self.assertTrue(all(torch.equal(a, b) for a, b in zip(got[2], expected[2])))
         attention = decoder.mid_block.attentions[0]
-        self.assertIs(type(attention.group_norm), nn.GroupNorm)
+        self.assertIs(type(attention.group_norm), self.gt.GroupNorm)  # no SiLU follows: plain, not fused
         self.assertEqual(self.gt.swap_group_norm_silu(decoder), 0)
 
     def test_shared_nonlinearity_still_applies_to_other_tensors(self):
@@ -652,6 +984,9 @@ class TestTorchOnCPU(unittest.TestCase):
     def test_scale_shift_block_keeps_norm2(self):
         block = self.models.ResnetBlock2D(32, 32, temb_channels=8, time_embedding_norm="scale_shift")
         self.assertEqual(self.gt.swap_group_norm_silu(block), 1)
+        self.assertIs(type(block.norm2), self.gt.GroupNorm)  # not fused: a plain gnsilu group_norm
+        block = self.models.ResnetBlock2D(32, 32, temb_channels=8, time_embedding_norm="scale_shift")
+        self.assertEqual(self.gt.swap_group_norm_silu(block, plain=False), 1)
         self.assertIs(type(block.norm2), nn.GroupNorm)
 
     def test_hooks_prevent_swaps(self):
@@ -664,6 +999,304 @@ class TestTorchOnCPU(unittest.TestCase):
             self.assertEqual(self.gt.swap_group_norm_silu(self.models.sequential_head(32)), 0)
         finally:
             handle.remove()
+
+    # -- layouts of torch tensors, and the torch path of group_norm with CUDA pretended --------------------------
+    def test_layout_of_agrees_with_torch(self):
+        import itertools
+        formats = {4: torch.channels_last, 5: torch.channels_last_3d}
+        shapes = [(2, 6, 4, 5), (1, 6, 1, 5), (2, 1, 4, 5), (2, 6, 1, 1), (1, 1, 1, 1), (3, 4, 1, 7), (2, 3, 4, 1, 5),
+                  (2, 6, 2, 3, 4), (1, 4, 1, 1, 3), (2, 5, 7), (2, 1, 7), (1, 3, 2, 2, 2, 2)]
+        checked = collections.Counter()
+        for shape in shapes:
+            ndim = len(shape)
+            for order in itertools.permutations(range(ndim)):
+                dense = torch.empty([shape[d] for d in order]).permute(_api._inverse(order))
+                tensors = [dense]
+                if shape[-1] > 1:
+                    tensors.append(dense[..., :-1])  # a gap, for most orders
+                if shape[0] > 1:
+                    tensors.append(dense[:1].expand(shape))  # stride 0 along N
+                for x in tensors:
+                    if x.numel() == 0:
+                        continue
+                    if ndim in formats:  # torch's own rule
+                        channels_last = x.is_contiguous(memory_format=formats[ndim])
+                    else:  # the same rule from the definition: the (N, *spatial, C) view is contiguous
+                        channels_last = x.permute(_api._channels_last_order(ndim)).is_contiguous()
+                    expected = "channels_first" if x.is_contiguous() else "channels_last" if channels_last else None
+                    with self.subTest(shape=tuple(x.shape), strides=x.stride()):
+                        self.assertEqual(_api.layout_of(x.shape, x.stride()), expected)
+                    checked[expected] += 1
+        self.assertTrue(all(checked[k] > 20 for k in ("channels_first", "channels_last", None)), checked)
+        # diffusers' attention: hidden_states (N, L, C) transposed to (N, C, L).
+        self.assertEqual(gnsilu.layout_of(*(lambda t: (t.shape, t.stride()))(torch.empty(2, 77, 96).transpose(1, 2))),
+                         "channels_last")
+
+    def test_operands_keep_the_layout(self):
+        operands = _api._torch_operands
+        x = torch.randn(2, 8, 4, 5)
+        cl = x.to(memory_format=torch.channels_last)
+        same, y, layout = operands(torch, cl, None, torch.float16)
+        self.assertIs(same, cl)
+        self.assertEqual((layout, y.dtype, y.shape), ("channels_last", torch.float16, x.shape))
+        self.assertTrue(y.is_contiguous(memory_format=torch.channels_last))
+        same, y, layout = operands(torch, x, None, torch.float32)
+        self.assertIs(same, x)
+        self.assertTrue(y.is_contiguous())
+        self.assertEqual(layout, "channels_first")
+        five = torch.randn(2, 8, 3, 4, 5).to(memory_format=torch.channels_last_3d)
+        same, y, layout = operands(torch, five, None, torch.float32)
+        self.assertIs(same, five)
+        self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
+        hidden = torch.randn(2, 77, 96).transpose(1, 2)  # (N, C, L) channels-last
+        same, y, layout = operands(torch, hidden, None, torch.bfloat16)
+        self.assertIs(same, hidden)
+        self.assertEqual(layout, "channels_last")
+        self.assertTrue(y.transpose(1, 2).is_contiguous())
+        six = torch.randn(1, 4, 2, 3, 2, 2).permute(0, 5, 1, 2, 3, 4)  # channels innermost, rank 6
+        same, y, layout = operands(torch, six, None, torch.float32)
+        self.assertIs(same, six)
+        self.assertEqual((layout, _api.layout_of(y.shape, y.stride())), ("channels_last", "channels_last"))
+
+        gappy = torch.randn(2, 8, 4, 10)[..., ::2]
+        copied, y, layout = operands(torch, gappy, None, torch.float32)
+        self.assertIsNot(copied, gappy)
+        self.assertTrue(copied.is_contiguous() and y.is_contiguous())
+        self.assertTrue(torch.equal(copied, gappy))
+        out = torch.empty(2, 8, 4, 5).to(memory_format=torch.channels_last)
+        copied, y, layout = operands(torch, gappy, out, torch.float32)  # copied into out's layout
+        self.assertIs(y, out)
+        self.assertEqual(layout, "channels_last")
+        self.assertTrue(copied.is_contiguous(memory_format=torch.channels_last))
+        self.assertTrue(torch.equal(copied, gappy))
+        other_order = torch.randn(2, 8, 5, 4).transpose(2, 3)  # dense, but W before H
+        self.assertIsNot(operands(torch, other_order, None, torch.float32)[0], other_order)
+
+        with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+            operands(torch, cl, torch.empty(2, 8, 4, 5), torch.float32)
+        self.assertIn("'out': is channels-first (contiguous) but x is channels-last", str(caught.exception))
+        with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+            operands(torch, x, out, torch.float32)
+        self.assertIn("'out': is channels-last but x is channels-first", str(caught.exception))
+        with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+            operands(torch, x, torch.empty(2, 8, 4, 10)[..., ::2], torch.float32)
+        self.assertIn("'out': must be dense", str(caught.exception))
+        # C = 1 is both: any dense out goes.
+        one = torch.randn(2, 1, 4, 5).to(memory_format=torch.channels_last)
+        self.assertEqual(operands(torch, one, torch.empty(2, 1, 4, 5), torch.float32)[2], "channels_first")
+
+    @contextlib.contextmanager
+    def pretend_cuda(self):
+        """CPU tensors taken for CUDA ones by the torch path of group_norm, the C call recorded (not made)."""
+        recorder = RecordedCall()
+        stream = types.SimpleNamespace(cuda_stream=0x5150)
+        with mock.patch.object(torch.Tensor, "is_cuda", True), \
+                mock.patch.object(torch.cuda, "device", lambda device: contextlib.nullcontext()), \
+                mock.patch.object(torch.cuda, "current_stream", lambda device=None: stream), \
+                mock.patch.object(_lib, "call", recorder):
+            yield recorder
+
+    def test_torch_path_with_cuda_pretended(self):
+        weight, bias = torch.randn(8), torch.randn(8).half()
+        x = torch.randn(2, 8, 4, 5).bfloat16().to(memory_format=torch.channels_last)
+        with self.pretend_cuda() as recorder:
+            y = gnsilu.group_norm(x, 4, weight, bias, eps=1e-5, activation=None)
+        problem = recorder.problem
+        self.assertEqual(recorder.calls[0][2], (None, 0, 0x5150))
+        self.assertEqual(problem["x"], x.data_ptr())  # no copy
+        self.assertEqual(problem["y"], y.data_ptr())
+        self.assertEqual((problem["x_layout"], problem["y_layout"], problem["activation"]), (1, 1, 1))
+        self.assertEqual((problem["x_dtype"], problem["y_dtype"], problem["weight_dtype"], problem["bias_dtype"]),
+                         (1, 1, 3, 2))
+        self.assertEqual((problem["weight"], problem["bias"]), (weight.data_ptr(), bias.data_ptr()))
+        self.assertEqual((problem["shape"], problem["num_groups"], problem["eps"]), ([2, 8, 4, 5], 4, 1e-5))
+        self.assertTrue(y.is_contiguous(memory_format=torch.channels_last))
+        self.assertEqual((y.dtype, y.shape), (torch.bfloat16, x.shape))
+
+        with self.pretend_cuda() as recorder:  # out_dtype: y float32 in x's format
+            y = gnsilu.group_norm_silu(x, 4, out_dtype="float32")
+        self.assertEqual((recorder.problem["y_dtype"], recorder.problem["activation"]), (3, 0))
+        self.assertTrue(y.dtype == torch.float32 and y.is_contiguous(memory_format=torch.channels_last))
+
+        with self.pretend_cuda() as recorder:  # in place
+            self.assertIs(gnsilu.group_norm(x, 4, out=x), x)
+        self.assertEqual((recorder.problem["x"], recorder.problem["y"], recorder.problem["x_layout"]),
+                         (x.data_ptr(), x.data_ptr(), 1))
+
+        gappy = torch.randn(2, 8, 4, 10)[..., ::2]
+        with self.pretend_cuda() as recorder:  # copied first; y contiguous
+            y = gnsilu.group_norm(gappy, 4)
+        self.assertNotEqual(recorder.problem["x"], gappy.data_ptr())
+        self.assertEqual(recorder.problem["x_layout"], 0)
+        self.assertTrue(y.is_contiguous())
+
+        hidden = torch.randn(2, 77, 96).transpose(1, 2)
+        with self.pretend_cuda() as recorder:
+            y = gnsilu.group_norm(hidden, 32, activation="none")
+        self.assertEqual((recorder.problem["x"], recorder.problem["x_layout"], recorder.problem["shape"]),
+                         (hidden.data_ptr(), 1, [2, 96, 77]))
+        self.assertTrue(y.transpose(1, 2).is_contiguous())
+
+        with self.pretend_cuda() as recorder:
+            for call, name in ((lambda: gnsilu.group_norm(x, 4, out=torch.empty(2, 8, 4, 5).bfloat16()), "out"),
+                               (lambda: gnsilu.group_norm(x, 4, activation="gelu"), "activation"),
+                               (lambda: gnsilu.group_norm(x.float().requires_grad_(), 4), "x")):
+                with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+                    call()
+                self.assertIn(f"'{name}'", str(caught.exception))
+            self.assertEqual(recorder.calls, [])
+            empty = torch.empty(0, 8, 4, 5).to(memory_format=torch.channels_last)
+            self.assertEqual(gnsilu.group_norm(empty, 4).shape, empty.shape)
+            self.assertEqual(recorder.calls, [])
+
+    # -- gnsilu.torch.GroupNorm and the modules' use of gnsilu ---------------------------------------------------
+    def test_group_norm_module_falls_back_on_cpu(self):
+        gn = nn.GroupNorm(8, 64, eps=1e-6)
+        with torch.no_grad():
+            gn.weight.uniform_(0.5, 1.5)
+            gn.bias.uniform_(-0.5, 0.5)
+        ours = self.gt.GroupNorm.from_group_norm(gn)
+        self.assertIsInstance(ours, nn.GroupNorm)
+        self.assertIs(ours.weight, gn.weight)
+        self.assertIs(ours.bias, gn.bias)
+        self.assertEqual(list(ours.state_dict()), list(gn.state_dict()))
+        self.assertEqual(repr(ours), repr(gn))
+        x = torch.randn(2, 64, 5, 3, requires_grad=True)
+        expected = gn(x)
+        got = ours(x)
+        self.assertTrue(torch.equal(got, expected))
+        got.sum().backward()
+        self.assertIsNotNone(gn.weight.grad)
+        channels_last = x.detach().to(memory_format=torch.channels_last)
+        self.assertTrue(torch.equal(ours(channels_last), gn(channels_last)))
+        fresh = self.gt.GroupNorm(8, 64, eps=1e-6)
+        fresh.load_state_dict(gn.state_dict())
+        self.assertTrue(torch.equal(fresh(x), expected))
+        plain = self.gt.GroupNorm(4, 64, affine=False)
+        self.assertEqual(list(plain.state_dict()), [])
+        self.assertTrue(torch.equal(plain(x), F.group_norm(x, 4, eps=1e-5)))
+        self.assertFalse(self.gt.GroupNorm.from_group_norm(gn.eval()).training)
+        with self.assertRaises(ValueError):
+            self.gt.GroupNorm(3, 64)
+
+    def test_modules_call_gnsilu_for_both_layouts(self):
+        """With CUDA pretended, which inputs the modules hand to gnsilu (the C call recorded) and which to PyTorch."""
+        gn = nn.GroupNorm(4, 8)
+        inputs = {"contiguous": torch.randn(2, 8, 4, 5), "channels_last": torch.randn(2, 8, 4, 5).to(
+                      memory_format=torch.channels_last), "3-D channels-last": torch.randn(2, 6, 8).transpose(1, 2),
+                  "channels_last_3d": torch.randn(2, 8, 2, 3, 4).to(memory_format=torch.channels_last_3d)}
+        for module, activation in ((self.gt.GroupNorm.from_group_norm(gn), 1),
+                                   (self.gt.GroupNormSiLU.from_group_norm(gn), 0)):
+            for name, x in inputs.items():
+                with self.subTest(module=type(module).__name__, input=name), torch.no_grad():
+                    with self.pretend_cuda() as recorder:
+                        y = module(x)
+                    problem = recorder.problem
+                    self.assertEqual((problem["x"], problem["activation"]), (x.data_ptr(), activation))
+                    self.assertEqual(problem["x_layout"], 0 if name == "contiguous" else 1)
+                    self.assertEqual(_api.layout_of(y.shape, y.stride()), _api.layout_of(x.shape, x.stride()))
+            gappy = torch.randn(2, 8, 4, 10)[..., ::2]
+            with self.subTest(module=type(module).__name__, input="not dense"), torch.no_grad():
+                with self.pretend_cuda() as recorder:
+                    y = module(gappy)
+                self.assertEqual(recorder.calls, [])  # PyTorch's ops
+                expected = gn(gappy) if activation == 1 else F.silu(gn(gappy))
+                self.assertTrue(torch.equal(y, expected))
+            with self.subTest(module=type(module).__name__, input="requires grad"):
+                with self.pretend_cuda() as recorder:
+                    module(inputs["channels_last"])
+                self.assertEqual(recorder.calls, [])
+
+    # -- swap_group_norm_silu and the plain GroupNorms ------------------------------------------------------------
+    def group_norms(self, model):
+        return collections.Counter(type(m).__name__ for m in model.modules()
+                                   if isinstance(m, (nn.GroupNorm, self.gt.GroupNormSiLU)))
+
+    def test_swap_replaces_plain_group_norms(self):
+        decoder = self.models.FluxLikeDecoder(block_out_channels=(32, 64, 64, 64), layers_per_block=1)
+        keys = list(decoder.state_dict())
+        parameters = {name: p for name, p in decoder.named_parameters()}
+        latent = torch.randn(1, 16, 8, 8)
+        with torch.no_grad():
+            expected = decoder(latent)
+            counts = self.gt.swap_group_norm_silu(decoder, return_counts=True)
+            self.assertEqual(counts, self.gt.SwapCounts(self.models.expected_swaps(decoder), 1))
+            self.assertEqual((counts.pairs, counts.plain), tuple(counts))
+            got = decoder(latent)
+        self.assertTrue(torch.equal(got, expected))
+        self.assertEqual(list(decoder.state_dict()), keys)
+        self.assertTrue(all(p is parameters[name] for name, p in decoder.named_parameters()))
+        self.assertIs(type(decoder.mid_block.attentions[0].group_norm), self.gt.GroupNorm)
+        self.assertEqual(self.group_norms(decoder), {"_GroupNormSiLUBeforeSiLU": counts.pairs, "GroupNorm": 1})
+        self.assertFalse(any(type(m) is nn.GroupNorm for m in decoder.modules()))
+        self.assertEqual(self.gt.swap_group_norm_silu(decoder, return_counts=True), (0, 0))  # idempotent
+        self.assertEqual(self.gt.swap_group_norm_silu(decoder), 0)
+
+        others = nn.ModuleList([self.models.ResidualNorm(32), self.models.FunctionalSiLU(32),
+                                nn.Sequential(nn.GroupNorm(8, 32), nn.Conv2d(32, 32, 1)), nn.GroupNorm(8, 32)])
+        features = torch.randn(2, 32, 6, 6)
+        with torch.no_grad():
+            expected = [m(features) for m in others]
+            self.assertEqual(self.gt.swap_group_norm_silu(others, return_counts=True), (0, 4))
+            got = [m(features) for m in others]
+        self.assertTrue(all(torch.equal(a, b) for a, b in zip(got, expected)))
+        for norm in (others[0].norm, others[1].norm, others[2][0], others[3]):
+            self.assertIs(type(norm), self.gt.GroupNorm)
+
+        # plain=False: only the pairs, as before.
+        decoder = self.models.FluxLikeDecoder(block_out_channels=(32, 64, 64, 64), layers_per_block=1)
+        self.assertEqual(self.gt.swap_group_norm_silu(decoder, plain=False, return_counts=True),
+                         (self.models.expected_swaps(decoder), 0))
+        self.assertIs(type(decoder.mid_block.attentions[0].group_norm), nn.GroupNorm)
+        self.assertEqual(self.gt.swap_group_norm_silu(decoder, return_counts=True), (0, 1))
+
+    def test_swap_of_plain_group_norms_keeps_the_rules(self):
+        shared = nn.GroupNorm(8, 32)
+        hooked = nn.GroupNorm(8, 32)
+        hooked.register_forward_pre_hook(lambda module, args: None)
+        own_forward = nn.GroupNorm(8, 32)
+        own_forward.forward = lambda x: x
+        subclass = type("MyGroupNorm", (nn.GroupNorm,), {})(8, 32)
+        model = nn.ModuleDict({"a": nn.Sequential(shared, nn.Conv2d(32, 32, 1)), "b": shared, "hooked": hooked,
+                               "own_forward": own_forward, "subclass": subclass})
+        keys = list(model.state_dict())
+        self.assertEqual(self.gt.swap_group_norm_silu(model, return_counts=True), (0, 1))
+        self.assertIs(type(model["b"]), self.gt.GroupNorm)
+        self.assertIs(model["a"][0], model["b"])  # still one module
+        self.assertIs(model["b"].weight, shared.weight)
+        for name, cls in (("hooked", nn.GroupNorm), ("own_forward", nn.GroupNorm), ("subclass", type(subclass))):
+            self.assertIs(type(model[name]), cls)
+        self.assertEqual(list(model.state_dict()), keys)
+        alone = nn.GroupNorm(8, 32)
+        self.assertEqual(self.gt.swap_group_norm_silu(alone, return_counts=True), (0, 0))  # not itself
+        handle = nn.modules.module.register_module_forward_pre_hook(lambda module, args: None)
+        try:
+            model = nn.Sequential(nn.GroupNorm(8, 32), nn.SiLU(), nn.GroupNorm(8, 32))
+            self.assertEqual(self.gt.swap_group_norm_silu(model, return_counts=True), (0, 0))
+            self.assertEqual(self.gt.swap_group_norm_silu(model), 0)
+            self.assertTrue(all(type(m) in (nn.GroupNorm, nn.SiLU) for m in model))
+        finally:
+            handle.remove()
+
+    def test_channels_last_decoder(self):
+        """The toy decoder with channels-last weights and input: every GroupNorm gets a tensor gnsilu takes as it
+        is (so on a GPU none falls back), most of them channels-last; the swap keeps its results."""
+        decoder = self.models.FluxLikeDecoder(block_out_channels=(32, 64, 64, 64), layers_per_block=1)
+        decoder = decoder.to(memory_format=torch.channels_last)
+        latent = torch.randn(1, 16, 8, 8).to(memory_format=torch.channels_last)
+        layouts = collections.Counter()
+        handles = [m.register_forward_pre_hook(
+            lambda module, args: layouts.update([_api.layout_of(args[0].shape, args[0].stride())]))
+            for m in decoder.modules() if type(m) is nn.GroupNorm]
+        with torch.no_grad():
+            expected = decoder(latent)
+        for handle in handles:
+            handle.remove()
+        self.assertNotIn(None, layouts)
+        self.assertGreater(layouts["channels_last"], layouts["channels_first"], layouts)
+        with torch.no_grad():
+            self.gt.swap_group_norm_silu(decoder)
+            self.assertTrue(torch.equal(decoder(latent), expected))
 
 
 if __name__ == "__main__":

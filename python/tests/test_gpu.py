@@ -5,16 +5,26 @@
 
 (a) gnsilu.group_norm_silu gives the same bits as the C API called directly through ctypes: bf16/fp16/fp32 x,
     every output dtype, several shapes (no spatial dimension to three), weight/bias of mixed dtypes or none; also
-    in place, a non-contiguous x, another stream, CUDA graph capture, __cuda_array_interface__ and DLPack inputs;
+    in place, channels-last and non-dense x, another stream, CUDA graph capture, __cuda_array_interface__ and DLPack
+    inputs;
 (b) against float64 PyTorch on normal data: at most 1 ulp for 16-bit outputs (gnsilu aims at 0.5: correct
     rounding); float32 outputs at most 16 ulps where |y| >= 2^-6 (as the C++ reference tests: near a zero
     crossing a tiny float32 output carries the statistics' FP32 rounding), their numbers are printed;
-(c) GroupNormSiLU against nn.GroupNorm + nn.SiLU, and its fallbacks (CPU, autograd, channels_last, autocast)
+(c) GroupNormSiLU against nn.GroupNorm + nn.SiLU, and its fallbacks (CPU, autograd, non-dense input, autocast)
     giving PyTorch's own results; swap_group_norm_silu on an nn.Sequential;
 (d) a randomly initialised Flux-like VAE decoder (python/tests/toy_models.py; bf16, latent 1x16x64x64, output
     512x512), before and after swap_group_norm_silu: swaps, max abs and relative L2 difference (asserted below
     twice the bf16 decoder's own distance to float32), each one's distance to the same decoder in float32 (the
-    swapped one no further); times (CUDA events, median).
+    swapped one no further); times (CUDA events, median);
+(e) layouts and plain group_norm: for bf16/fp16/fp32, 4-D, 5-D and 3-D (N, C, L) channels-last tensors, with and
+    without affine, activation "silu" and None, gnsilu.group_norm on the channels-last tensor gives the bits of its
+    call on the same values in contiguous format, in x's format, without copying x, within 1 ulp (16-bit) of the
+    float64 result and close to PyTorch's float32 F.silu(F.group_norm(...)) / F.group_norm; in place on
+    channels-last; out in the other layout refused; a non-dense x copied; __cuda_array_interface__ arrays with
+    NHWC strides;
+(f) GroupNormSiLU and GroupNorm on channels-last input call gnsilu (the bits of gnsilu.group_norm's), and
+    swap_group_norm_silu on the toy decoder in channels-last runs every norm through gnsilu, close to the model
+    before the swap.
 Prints a summary table at the end.
 """
 import copy
@@ -108,7 +118,25 @@ class DirectLibrary:
 
 
 def same_bits(a, b):
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    """The same values bit for bit, whatever the two tensors' memory formats (the logical tensors are compared)."""
+    return a.dtype == b.dtype and a.shape == b.shape and \
+        torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+def non_dense(x):
+    """x's values in a tensor with gaps (every other element of a wider one): in neither layout."""
+    wide = torch.empty(*x.shape[:-1], 2 * x.shape[-1], dtype=x.dtype, device=x.device)
+    gappy = wide[..., ::2]
+    gappy.copy_(x)
+    return gappy
+
+
+def channels_last(x):
+    """x's values with the channel dimension innermost (torch.channels_last for 4-D, channels_last_3d for 5-D, and
+    (N, C, L) with strides (L*C, 1, C) for 3-D)."""
+    order = (0, *range(2, x.dim()), 1)
+    inverse = (0, x.dim() - 1, *range(1, x.dim() - 1))
+    return x.permute(order).contiguous().permute(inverse)
 
 
 def parameters(channels, kind, generator):
@@ -183,9 +211,16 @@ class TestBitIdentity(unittest.TestCase):
         in_place = x.clone()
         gnsilu.group_norm_silu(in_place, 32, weight, bias, 1e-5, out=in_place)
         self.assertTrue(same_bits(in_place, expected))
-        strided = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # channels_last: copied first
+        strided = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # channels_last: taken as it is
         self.assertFalse(strided.is_contiguous())
-        self.assertTrue(same_bits(gnsilu.group_norm_silu(strided, 32, weight, bias, 1e-5), expected))
+        from_strided = gnsilu.group_norm_silu(strided, 32, weight, bias, 1e-5)
+        self.assertTrue(same_bits(from_strided, expected))
+        self.assertTrue(from_strided.is_contiguous(memory_format=torch.channels_last))
+        gappy = non_dense(x)  # copied first, y contiguous
+        self.assertTrue(torch.equal(gappy, x))
+        from_gappy = gnsilu.group_norm_silu(gappy, 32, weight, bias, 1e-5)
+        self.assertTrue(same_bits(from_gappy, expected))
+        self.assertTrue(from_gappy.is_contiguous())
 
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -212,7 +247,8 @@ class TestBitIdentity(unittest.TestCase):
         self.assertTrue(same_bits(interface_out, expected))
         from_dlpack = gnsilu.group_norm_silu(DLPackOnly(x), 32, weight, bias, 1e-5)
         self.assertTrue(same_bits(from_dlpack, expected))
-        SUMMARY.append(("a", "out=, in place, channels_last, stream, CUDA graph, CAI, DLPack", "bit-identical"))
+        SUMMARY.append(("a", "out=, in place, channels_last, non-dense, stream, CUDA graph, CAI, DLPack",
+                        "bit-identical"))
 
     def test_errors_name_the_argument(self):
         x = torch.randn(2, 64, 4, 4, device="cuda")
@@ -301,16 +337,16 @@ class TestModule(unittest.TestCase):
             self.assertTrue(torch.equal(out, F.silu(reference(graph_input))))
             out.sum().backward()
             self.assertIsNotNone(graph_input.grad)
-            channels_last = x.to(memory_format=torch.channels_last)
+            gappy = non_dense(x)  # PyTorch's ops
             with torch.no_grad():
-                self.assertTrue(torch.equal(fused(channels_last), F.silu(reference(channels_last))))
+                self.assertTrue(torch.equal(fused(gappy), F.silu(reference(gappy))))
             self.assertEqual(spy.call_count, 0)
             with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
                 autocast_ours = fused(x.bfloat16())
                 autocast_theirs = F.silu(reference(x.bfloat16()))
             self.assertEqual(spy.call_count, 1)
         self.assertEqual(autocast_ours.dtype, autocast_theirs.dtype)
-        SUMMARY.append(("c", "fallbacks: CPU, autograd, channels_last", "PyTorch's results, bit for bit"))
+        SUMMARY.append(("c", "fallbacks: CPU, autograd, non-dense input", "PyTorch's results, bit for bit"))
         SUMMARY.append(("c", "autocast", f"output {str(autocast_ours.dtype)[6:]} like nn.GroupNorm"))
 
     def test_sequential_swap(self):
@@ -325,6 +361,210 @@ class TestModule(unittest.TestCase):
         difference = (after.float() - before.float()).norm() / before.float().norm()
         self.assertLess(difference.item(), 1e-2)
         SUMMARY.append(("c", "nn.Sequential swap", f"1 swap, relative L2 {difference.item():.2e}"))
+
+
+def reference(x, groups, weight, bias, eps, activation, dtype):
+    """PyTorch's group_norm (then SiLU for activation "silu") computed in `dtype` (float32 or float64)."""
+    w = None if weight is None else weight.to(dtype)
+    b = None if bias is None else bias.to(dtype)
+    y = F.group_norm(x.to(dtype), groups, w, b, eps)
+    return F.silu(y) if activation == "silu" else y
+
+
+# Against PyTorch's float32 result: a few of the output dtype's half-ulps.
+TOLERANCES = {}
+if torch is not None:
+    TOLERANCES = {torch.bfloat16: dict(rtol=1.6e-2, atol=2e-2), torch.float16: dict(rtol=2e-3, atol=2e-3),
+                  torch.float32: dict(rtol=1e-4, atol=1e-4)}
+
+
+def in_channels_last_format(y):
+    """Whether y lies channel dimension innermost, as torch's own memory formats say where they exist."""
+    if y.dim() == 4:
+        return y.is_contiguous(memory_format=torch.channels_last)
+    if y.dim() == 5:
+        return y.is_contiguous(memory_format=torch.channels_last_3d)
+    return y.permute(0, *range(2, y.dim()), 1).is_contiguous()
+
+
+@unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
+class TestLayouts(unittest.TestCase):
+    """(e) Channels-last tensors and plain group_norm through gnsilu.group_norm."""
+
+    def test_channels_last_gives_the_contiguous_bits(self):
+        cases = [((2, 64, 12, 10), 32), ((1, 512, 32, 32), 32), ((3, 96, 17, 5), 8), ((2, 32, 4, 6, 5), 8),
+                 ((1, 64, 3, 16, 16), 32), ((2, 96, 77), 3), ((1, 128, 4096), 32)]
+        generator = torch.Generator(device="cuda").manual_seed(6)
+        count, worst_ulps = 0, {}
+        for shape, groups in cases:
+            for dtype in (torch.bfloat16, torch.float16, torch.float32):
+                x = (3 * torch.randn(shape, generator=generator, device="cuda") + 1).to(dtype)
+                x_last = channels_last(x)
+                self.assertEqual(gnsilu.layout_of(x_last.shape, x_last.stride()), "channels_last")
+                for kind in ("fp32", "none"):
+                    weight, bias = parameters(shape[1], kind, generator)
+                    for activation in ("silu", None):
+                        name = f"{'x'.join(map(str, shape))} {str(dtype)[6:]} {kind} {activation}"
+                        with self.subTest(case=name):
+                            expected = gnsilu.group_norm(x, groups, weight, bias, 1e-6, activation=activation)
+                            torch.cuda.synchronize()
+                            torch.cuda.reset_peak_memory_stats()
+                            allocated = torch.cuda.memory_allocated()
+                            ours = gnsilu.group_norm(x_last, groups, weight, bias, 1e-6, activation=activation)
+                            torch.cuda.synchronize()
+                            extra = torch.cuda.max_memory_allocated() - allocated
+                            self.assertTrue(expected.is_contiguous())
+                            self.assertTrue(in_channels_last_format(ours))
+                            self.assertTrue(same_bits(ours, expected))
+                            # y was allocated, x was not copied (that would take as much again).
+                            self.assertLess(extra, 2 * ours.numel() * ours.element_size())
+                            exact = reference(x, groups, weight, bias, 1e-6, activation, torch.float64)
+                            _, worst = precision(ours, exact)
+                            self.assertLessEqual(worst, 1.0 if dtype != torch.float32 else 16.0)
+                            torch.testing.assert_close(
+                                ours.float(), reference(x, groups, weight, bias, 1e-6, activation, torch.float32),
+                                **TOLERANCES[dtype])
+                            key = (str(dtype)[6:], activation or "none")
+                            worst_ulps[key] = max(worst_ulps.get(key, 0.0), worst)
+                            count += 1
+        SUMMARY.append(("e", "channels-last == contiguous (shapes x dtypes x affine x activation)",
+                        f"{count} cases bit-identical, in channels-last format, x not copied"))
+        for (dtype, activation), worst in sorted(worst_ulps.items()):
+            SUMMARY.append(("e", f"channels-last {dtype} activation {activation} vs float64", f"max {worst:.3f} ulp"))
+
+    def test_in_place_out_and_copies(self):
+        generator = torch.Generator(device="cuda").manual_seed(7)
+        x = torch.randn(2, 64, 12, 10, generator=generator, device="cuda").half()
+        weight, bias = parameters(64, "mixed", generator)
+        x_last = channels_last(x)
+        for activation in ("silu", None):
+            expected = gnsilu.group_norm(x, 32, weight, bias, 1e-5, activation=activation)
+            in_place = x_last.clone()
+            self.assertTrue(in_channels_last_format(in_place))
+            self.assertIs(gnsilu.group_norm(in_place, 32, weight, bias, 1e-5, activation=activation, out=in_place),
+                          in_place)
+            self.assertTrue(same_bits(in_place, expected))
+            into = torch.empty_like(x_last)
+            gnsilu.group_norm(x_last, 32, weight, bias, 1e-5, activation=activation, out=into)
+            self.assertTrue(same_bits(into, expected))
+            # Not dense, or dense in another order: copied (into out's layout when out is given).
+            into.zero_()
+            gnsilu.group_norm(non_dense(x), 32, weight, bias, 1e-5, activation=activation, out=into)
+            self.assertTrue(same_bits(into, expected))
+            other_order = x.transpose(2, 3).contiguous().transpose(2, 3)
+            self.assertIsNone(gnsilu.layout_of(other_order.shape, other_order.stride()))
+            copied = gnsilu.group_norm(other_order, 32, weight, bias, 1e-5, activation=activation)
+            self.assertTrue(copied.is_contiguous())
+            self.assertTrue(same_bits(copied, expected))
+            wide = gnsilu.group_norm(x_last, 32, weight, bias, 1e-5, activation=activation, out_dtype=torch.float32)
+            self.assertTrue(in_channels_last_format(wide))
+            self.assertTrue(same_bits(wide, gnsilu.group_norm(x, 32, weight, bias, 1e-5, activation=activation,
+                                                              out_dtype=torch.float32)))
+        for given, out in ((x_last, torch.empty_like(x)), (x, torch.empty_like(x_last)), (x, non_dense(x))):
+            with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+                gnsilu.group_norm(given, 32, out=out)
+            self.assertIn("'out'", str(caught.exception))
+        SUMMARY.append(("e", "channels-last in place, out=, copies of non-dense x, out_dtype", "bit-identical"))
+
+    def test_transposed_hidden_states(self):
+        """diffusers' attention hands GroupNorm hidden_states.transpose(1, 2): (N, C, L), channel innermost."""
+        hidden = torch.randn(2, 300, 128, device="cuda").bfloat16()
+        x = hidden.transpose(1, 2)
+        self.assertEqual(gnsilu.layout_of(x.shape, x.stride()), "channels_last")
+        for activation in ("silu", None):
+            ours = gnsilu.group_norm(x, 32, activation=activation)
+            self.assertTrue(ours.transpose(1, 2).is_contiguous())
+            self.assertTrue(same_bits(ours, gnsilu.group_norm(x.contiguous(), 32, activation=activation)))
+        SUMMARY.append(("e", "(N, C, L) from transpose(1, 2)", "taken as it is, bit-identical"))
+
+    def test_cuda_array_interface_nhwc(self):
+        x = channels_last(torch.randn(2, 64, 12, 10, device="cuda").half())
+        expected = gnsilu.group_norm(x.contiguous(), 32, activation=None)
+        out = torch.empty_like(x)
+        torch.cuda.synchronize()
+        result = gnsilu.group_norm(CudaArray(x), 32, activation=None, out=CudaArray(out),
+                                   stream=torch.cuda.current_stream())
+        self.assertIsInstance(result, CudaArray)
+        self.assertTrue(same_bits(out, expected))
+        with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+            gnsilu.group_norm(CudaArray(x), 32, out=CudaArray(torch.empty_like(x.contiguous())))
+        self.assertIn("'out'", str(caught.exception))
+        try:
+            import cupy
+        except ImportError:
+            SUMMARY.append(("e", "__cuda_array_interface__ NHWC", "bit-identical (no CuPy: out= only)"))
+            return
+        allocated = gnsilu.group_norm(cupy.asarray(x), 32, activation=None)
+        torch.cuda.synchronize()
+        back = torch.as_tensor(allocated, device="cuda")
+        self.assertTrue(in_channels_last_format(back))
+        self.assertTrue(same_bits(back, expected))
+        SUMMARY.append(("e", "__cuda_array_interface__ NHWC, out= and CuPy's result", "bit-identical"))
+
+
+@unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
+class TestLayoutModules(unittest.TestCase):
+    """(f) The modules and the swap on channels-last input."""
+
+    def test_modules_call_gnsilu_on_channels_last(self):
+        for dtype in (torch.bfloat16, torch.float32):
+            gn = nn.GroupNorm(32, 256, eps=1e-6).cuda()
+            with torch.no_grad():
+                gn.weight.uniform_(0.5, 1.5)
+                gn.bias.uniform_(-0.5, 0.5)
+            gn = gn.to(dtype)
+            inputs = {"channels_last": channels_last(torch.randn(2, 256, 16, 16, device="cuda").to(dtype)),
+                      "(N, C, L) transposed": torch.randn(2, 300, 256, device="cuda").to(dtype).transpose(1, 2)}
+            for name, x in inputs.items():
+                with self.subTest(dtype=dtype, input=name), torch.inference_mode():
+                    with mock.patch.object(gt, "group_norm", wraps=gt.group_norm) as plain_spy, \
+                            mock.patch.object(gt, "group_norm_silu", wraps=gt.group_norm_silu) as fused_spy:
+                        plain = gt.GroupNorm.from_group_norm(gn)(x)
+                        fused = gt.GroupNormSiLU.from_group_norm(gn)(x)
+                    self.assertEqual((plain_spy.call_count, fused_spy.call_count), (1, 1))
+                    self.assertTrue(same_bits(plain, gnsilu.group_norm(x, 32, gn.weight, gn.bias, 1e-6,
+                                                                       activation=None)))
+                    self.assertTrue(same_bits(fused, gnsilu.group_norm(x, 32, gn.weight, gn.bias, 1e-6)))
+                    self.assertTrue(in_channels_last_format(plain) and in_channels_last_format(fused))
+                    torch.testing.assert_close(plain.float(), gn(x).float(), **TOLERANCES[dtype])
+                    torch.testing.assert_close(fused.float(), F.silu(gn(x)).float(), **TOLERANCES[dtype])
+        SUMMARY.append(("f", "GroupNorm, GroupNormSiLU on channels-last", "gnsilu called, its bits"))
+
+    def test_swap_on_a_channels_last_decoder(self):
+        torch.manual_seed(8)
+        decoder = toy_models.FluxLikeDecoder(block_out_channels=(64, 128, 128, 128), layers_per_block=1)
+        decoder = decoder.cuda().eval().to(memory_format=torch.channels_last)
+        float32 = copy.deepcopy(decoder)
+        original = decoder.to(torch.bfloat16)
+        swapped = copy.deepcopy(original)
+        counts = gt.swap_group_norm_silu(swapped, return_counts=True)
+        self.assertEqual(counts, (toy_models.expected_swaps(swapped), 1))
+        latent = channels_last(torch.randn(1, 16, 32, 32, device="cuda"))
+        layouts = []
+
+        def recording(function):
+            def record(x, *args, **kwargs):
+                layouts.append(gnsilu.layout_of(x.shape, x.stride()))
+                return function(x, *args, **kwargs)
+            return record
+
+        with torch.inference_mode():
+            exact = float32(latent)
+            before = original(latent.bfloat16())
+            with mock.patch.object(gt, "group_norm", recording(gt.group_norm)), \
+                    mock.patch.object(gt, "group_norm_silu", recording(gt.group_norm_silu)):
+                after = swapped(latent.bfloat16())
+        self.assertEqual(len(layouts), counts.pairs + counts.plain)  # every norm ran through gnsilu, once
+        self.assertGreater(layouts.count("channels_last"), len(layouts) // 2, layouts)
+        before, after = before.float(), after.float()
+        relative = ((after - before).norm() / before.norm()).item()
+        before_error = ((before - exact).norm() / exact.norm()).item()
+        after_error = ((after - exact).norm() / exact.norm()).item()
+        self.assertLess(relative, 2 * before_error)
+        self.assertLessEqual(after_error, 1.25 * before_error + 1e-3)
+        SUMMARY.append(("f", f"channels-last decoder: {counts.pairs} pairs + {counts.plain} plain",
+                        f"{layouts.count('channels_last')}/{len(layouts)} norms channels-last; relative L2 "
+                        f"{relative:.2e}; to float32 before {before_error:.2e}, after {after_error:.2e}"))
 
 
 def median_ms(function, runs):
