@@ -768,47 +768,66 @@ struct TileUnits {
   int first_pixel, pixel_step, count, pixels;
 };
 
-// FULL: a whole window in whole batches (the common case), with no test per unit.
+// A batch of 4 of a thread's units (j0 ... j0 + 3) held in registers between their loads and their stores.
+template <int XT>
+struct HeldUnits {
+  Raw16 a[4], b[4];  // b: the second pixel of a 16-bit unit
+};
+
+// Loads units j0 ... j0 + 3, `at` pointing at unit j0. FULL: a whole window in whole batches (the common case),
+// with no test per unit; otherwise units past the count or the window's pixels are zero.
 template <int XT, bool FULL>
-__device__ __forceinline__ void store_tile_units(TileUnits u) {
-  using T = Tile<XT>;
-  constexpr int kBatch = 4;  // units (a vector, or in 16-bit a pair of them) in flight per thread
+__device__ __forceinline__ void load_units(const TileUnits& u, const char* at, int j0, HeldUnits<XT>& h) {
   const Raw16 zero{0u, 0u, 0u, 0u};
-  for (int j0 = 0; j0 < u.count; j0 += kBatch) {
-    Raw16 a[kBatch], b[kBatch];
 #pragma unroll
-    for (int q = 0; q < kBatch; ++q) {
-      const int j = j0 + q;
-      const int pixel = u.first_pixel + j * u.pixel_step;
-      const char* unit = u.at + q * u.step_bytes;
-      if constexpr (FULL) {
-        a[q] = load16(unit);
-        if constexpr (XT != kFP32) b[q] = load16(unit + u.pixel_bytes);
-      } else {
-        a[q] = j < u.count && pixel < u.pixels ? load16(unit) : zero;
-        if constexpr (XT != kFP32) b[q] = j < u.count && pixel + 1 < u.pixels ? load16(unit + u.pixel_bytes) : zero;
-      }
+  for (int q = 0; q < 4; ++q) {
+    const int j = j0 + q;
+    const int pixel = u.first_pixel + j * u.pixel_step;
+    const char* unit = at + q * u.step_bytes;
+    if constexpr (FULL) {
+      h.a[q] = load16(unit);
+      if constexpr (XT != kFP32) h.b[q] = load16(unit + u.pixel_bytes);
+    } else {
+      h.a[q] = j < u.count && pixel < u.pixels ? load16(unit) : zero;
+      if constexpr (XT != kFP32) h.b[q] = j < u.count && pixel + 1 < u.pixels ? load16(unit + u.pixel_bytes) : zero;
     }
-    u.at += kBatch * u.step_bytes;
+  }
+}
+
+// Stores units j0 ... j0 + 3 into the tile, one word per channel.
+template <int XT, bool FULL>
+__device__ __forceinline__ void store_units(const TileUnits& u, int j0, const HeldUnits<XT>& h) {
+  using T = Tile<XT>;
 #pragma unroll
-    for (int q = 0; q < kBatch; ++q) {
-      const int j = j0 + q;
-      if (FULL || j < u.count) {
-        u32* words = u.row + ((u.first_word + static_cast<u32>(j) * u.word_step) ^ u.swizzle);
-        const u32 wa[4] = {a[q].a, a[q].b, a[q].c, a[q].d};
-        if constexpr (XT == kFP32) {
+  for (int q = 0; q < 4; ++q) {
+    const int j = j0 + q;
+    if (FULL || j < u.count) {
+      u32* words = u.row + ((u.first_word + static_cast<u32>(j) * u.word_step) ^ u.swizzle);
+      const u32 wa[4] = {h.a[q].a, h.a[q].b, h.a[q].c, h.a[q].d};
+      if constexpr (XT == kFP32) {
 #pragma unroll
-          for (int k = 0; k < 4; ++k) words[k * T::kRowWords] = wa[k];
-        } else {
-          const u32 wb[4] = {b[q].a, b[q].b, b[q].c, b[q].d};
+        for (int k = 0; k < 4; ++k) words[k * T::kRowWords] = wa[k];
+      } else {
+        const u32 wb[4] = {h.b[q].a, h.b[q].b, h.b[q].c, h.b[q].d};
 #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            words[(2 * k) * T::kRowWords] = permute(wa[k], wb[k], 0x5410u);
-            words[(2 * k + 1) * T::kRowWords] = permute(wa[k], wb[k], 0x7632u);
-          }
+        for (int k = 0; k < 4; ++k) {
+          words[(2 * k) * T::kRowWords] = permute(wa[k], wb[k], 0x5410u);
+          words[(2 * k + 1) * T::kRowWords] = permute(wa[k], wb[k], 0x7632u);
         }
       }
     }
+  }
+}
+
+// All of a thread's units into the tile, a batch of 4 at a time.
+template <int XT, bool FULL>
+__device__ __forceinline__ void store_tile_units(const TileUnits& u) {
+  const char* at = u.at;
+  for (int j0 = 0; j0 < u.count; j0 += 4) {
+    HeldUnits<XT> h;
+    load_units<XT, FULL>(u, at, j0, h);
+    store_units<XT, FULL>(u, j0, h);
+    at += 4 * u.step_bytes;
   }
 }
 
@@ -850,45 +869,6 @@ template <int XT>
 __device__ __forceinline__ void store_tile(const TileUnits& u) {
   if (u.pixels == kChunk && u.count % 4 == 0) store_tile_units<XT, true>(u);
   else store_tile_units<XT, false>(u);
-}
-
-// Up to 4 units in registers (loads in flight), then into the tile: the pipelined items of chunk_stats_tiles.
-template <int XT>
-struct HeldUnits {
-  Raw16 a[4], b[4];
-};
-template <int XT>
-__device__ __forceinline__ void load_units(const TileUnits& u, HeldUnits<XT>& h) {
-  const Raw16 zero{0u, 0u, 0u, 0u};
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int pixel = u.first_pixel + q * u.pixel_step;
-    const char* unit = u.at + q * u.step_bytes;
-    h.a[q] = q < u.count && pixel < u.pixels ? load16(unit) : zero;
-    if constexpr (XT != kFP32) h.b[q] = q < u.count && pixel + 1 < u.pixels ? load16(unit + u.pixel_bytes) : zero;
-  }
-}
-template <int XT>
-__device__ __forceinline__ void store_units(const TileUnits& u, const HeldUnits<XT>& h) {
-  using T = Tile<XT>;
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    if (q < u.count) {
-      u32* words = u.row + ((u.first_word + static_cast<u32>(q) * u.word_step) ^ u.swizzle);
-      const u32 wa[4] = {h.a[q].a, h.a[q].b, h.a[q].c, h.a[q].d};
-      if constexpr (XT == kFP32) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) words[k * T::kRowWords] = wa[k];
-      } else {
-        const u32 wb[4] = {h.b[q].a, h.b[q].b, h.b[q].c, h.b[q].d};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          words[(2 * k) * T::kRowWords] = permute(wa[k], wb[k], 0x5410u);
-          words[(2 * k + 1) * T::kRowWords] = permute(wa[k], wb[k], 0x7632u);
-        }
-      }
-    }
-  }
 }
 
 // Channel c's chunk of the tile, in reduce_chunk's raw layout.
@@ -940,17 +920,18 @@ __device__ __forceinline__ void chunk_stats_tiles(const Params& p) {
   i64 sample, window, slice;
   TileUnits u = tile_units<XT, kThreads>(p, item, tile, sample, window, slice);
   if (u.count <= 4) {
+    // One batch a thread (count <= 4): its loads for the next item are in flight while this item is reduced.
     HeldUnits<XT> held;
-    load_units<XT>(u, held);
+    load_units<XT, false>(u, u.at, 0, held);
     for (;;) {
-      store_units<XT>(u, held);
+      store_units<XT, false>(u, 0, held);
       __syncthreads();
       const i64 next = item + gridDim.x;
       i64 next_sample = 0, next_window = 0, next_slice = 0;
       TileUnits following = u;
       if (next < p.cl_stats_items) {
         following = tile_units<XT, kThreads>(p, next, tile, next_sample, next_window, next_slice);
-        load_units<XT>(following, held);
+        load_units<XT, false>(following, following.at, 0, held);
       }
       reduce_tile<XT, WARPS>(p, tile, sample, window, slice, u.pixels);
       __syncthreads();  // the tile is rewritten for the next item
