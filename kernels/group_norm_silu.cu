@@ -338,19 +338,17 @@ __device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, 
     }
     return;
   }
+  // Whole channels (S <= 512): element i is channel i / S, pixel i % S. One unsigned division an element, each on
+  // its own: carrying (channel, pixel) across the unrolled elements made the 16-warp fused kernel spill.
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
     const int first = (lane + kLanes * s) * kVec;
-    int k = first / pixels;  // channel and pixel of element `first`, then stepped along
-    int pixel = first - k * pixels;
     c.raw[s] = raw_from_bits<XT>([&](int e) {
-      u32 b = 0;
-      if (first + e < n) b = element_bits<XT>(p.x, base + static_cast<i64>(pixel) * p.c + k);
-      if (++pixel == pixels) {
-        pixel = 0;
-        ++k;
-      }
-      return b;
+      const unsigned i = static_cast<unsigned>(first + e);
+      if (i >= static_cast<unsigned>(n)) return 0u;
+      const unsigned k = i / static_cast<unsigned>(pixels);
+      const unsigned pixel = i - k * static_cast<unsigned>(pixels);
+      return element_bits<XT>(p.x, base + static_cast<i64>(pixel) * p.c + k);
     });
   }
 }
@@ -1114,13 +1112,14 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Par
 // ---- fused path ------------------------------------------------------------------------------------------
 // The channels-last apply of one group (sample, channels [first_channel, first_channel + cpg)): columns of W
 // channels (W = 8, 4 or 1 dividing cpg), thread (tx, ty) takes columns tx, tx + lanes_x, ... and pixels ty,
-// ty + lanes_y, ..., with the column's constants (from shared memory) in registers; up to 16 elements loaded
+// ty + lanes_y, ..., with the column's constants (from shared memory) in registers; up to 8 elements loaded
 // before they are transformed.
 template <int XT, int YT, int ACT, int THREADS, int EPL, int W>
 __device__ __forceinline__ void fused_apply_channels_last(const Params& p, const RowConstants* rows, i64 sample,
                                                           i64 first_channel) {
-  // At most 16 elements in flight: the kernel also holds a chunk, and W = 8 keeps 8 sets of constants.
-  constexpr int kElements = EPL < 16 ? EPL : 16;
+  // At most 8 elements in flight: the kernel also holds a chunk's state, and W = 8 keeps 8 sets of constants (16
+  // spilled on sm_75 to sm_89 and sm_100 and later with 16-warp blocks).
+  constexpr int kElements = EPL < 8 ? EPL : 8;
   constexpr int kBatch = kElements / W < 1 ? 1 : kElements / W;
   const int columns = static_cast<int>(p.channels_per_group) / W;
   const int lanes_x = columns < THREADS ? columns : THREADS;
