@@ -1,9 +1,10 @@
 """Proof, from a block's source code, that its GroupNorm output only ever goes straight into a SiLU.
 
 gnsilu.torch.swap_group_norm_silu replaces such a GroupNorm attribute (say `norm1`) with a module computing
-silu(group_norm(x)) that marks its output, and the SiLU attribute (say `nonlinearity`) with one that passes a
-marked tensor through unchanged and applies SiLU to anything else. The result stays the same (up to gnsilu's
-rounding) provided every value the new `norm1` returns is handed at once to that SiLU and to nothing else.
+silu(group_norm(x)) that lets the new SiLU know the tensor it returned, and the SiLU attribute (say
+`nonlinearity`) with one that passes that very tensor through unchanged and applies SiLU to anything else (a view
+or copy of it included). The result stays the same (up to gnsilu's rounding) provided every value the new `norm1`
+returns is handed at once, as it is, to that SiLU and to nothing else.
 This module proves that with Python's ast, for the code as written (no torch.fx, no tracing), or gives up.
 
 A use of `self.norm` counts as proven when it is
@@ -15,11 +16,15 @@ A use of `self.norm` counts as proven when it is
     attributes with constants only, nothing that calls code or reads tensor values;
 or it is harmless: a read of a GroupNorm attribute (`self.norm.weight`, `.eps`, ...), or a call with other than
 one argument (a TypeError either way).
-A norm is swapped when it has a proven use and no other use in any method of the block's classes (up to `base`,
-and except __init__). Nothing is swapped when the code cannot be read or checked: source unavailable, methods
-not from that source, decorated methods (other than property/staticmethod/classmethod), `self` used other than
-as `self.attr` (or in type/isinstance/id/super), dynamic access (self.__dict__, self._modules, self.children(),
-...), a method assigning or deleting the SiLU attribute, or lambdas in the class body.
+A norm is swapped when it has a proven use and no other use in any method of the block's classes (up to `base`).
+__init__ runs before any swap, so what it does itself is not examined, but the code it leaves behind to run later
+is: the functions, lambdas, classes and generator expressions written in __init__ are examined like methods (a
+`self.norm` in them is a use like any other), and where __init__ writes any, it may not use `self` as a value
+(an alias such as `me = self` would reach the norm from them unseen). Nothing is swapped when the code cannot be
+read or checked: source unavailable, methods not from that source, decorated methods (other than
+property/staticmethod/classmethod), `self` used other than as `self.attr` (or in type/isinstance/id/super),
+dynamic access (self.__dict__, self._modules, self.children(), ...), a method assigning or deleting the SiLU
+attribute, or lambdas in the class body.
 
 Limits (stated in python/README.md): the configuration attributes read to decide an `if` must not change after
 the swap; code outside the block's classes that calls block.norm directly is not seen; F.silu(...) calls are not
@@ -236,7 +241,9 @@ def _forward_pairs(function, self_name, norms, acts, tests):
 
 
 def _scan(function, self_name, norms, acts, proven, dead, found, unproven):
-    """Classifies every use of self.<norm> in function: found[norm] gets the acts of proven uses, unproven the rest."""
+    """Classifies every use of self.<norm> in function (a method, or code that __init__ leaves behind): found[norm]
+    gets the acts of proven uses, unproven the rest."""
+    where = getattr(function, "name", type(function).__name__.lower())
     parents = {}
     stack = [function]
     while stack:
@@ -253,11 +260,11 @@ def _scan(function, self_name, norms, acts, proven, dead, found, unproven):
                 continue
             if isinstance(parent, ast.Call) and getattr(parent.func, "id", None) in _SELF_ALLOWED_IN:
                 continue
-            raise _Refuse(f"'{self_name}' is used as a value in {function.name}")
+            raise _Refuse(f"'{self_name}' is used as a value in {where}")
         if _self_attribute(node, self_name, _DYNAMIC):
-            raise _Refuse(f"{function.name} reaches attributes dynamically ({node.attr})")
+            raise _Refuse(f"{where} reaches attributes dynamically ({node.attr})")
         if _self_attribute(node, self_name, acts) and not isinstance(node.ctx, ast.Load):
-            raise _Refuse(f"{function.name} replaces or deletes self.{node.attr}")
+            raise _Refuse(f"{where} replaces or deletes self.{node.attr}")
         norm = _self_attribute(node, self_name, norms)
         if norm is None:
             continue
@@ -281,6 +288,35 @@ def _scan(function, self_name, norms, acts, proven, dead, found, unproven):
         unproven.add(norm)
 
 
+_LATER = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.GeneratorExp)  # code that runs later
+
+
+def _scan_left_behind(init, self_name, norms, acts, found, unproven):
+    """__init__ runs before any swap and is not examined itself; the code it writes to run later (functions, lambdas,
+    classes, generator expressions: `self.helper = lambda x: self.norm(x)`) is scanned as a method is. Where there
+    is such code, `self` may not be used as a value anywhere in __init__: an alias would reach the norm unseen."""
+    later, stack = [], list(ast.iter_child_nodes(init))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _LATER):
+            later.append(node)  # its own nested code is scanned with it
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+    if not later:
+        return
+    for parent in ast.walk(init):
+        for child in ast.iter_child_nodes(parent):
+            if not (isinstance(child, ast.Name) and child.id == self_name):
+                continue
+            if isinstance(parent, ast.Attribute) and parent.value is child:
+                continue
+            if isinstance(parent, ast.Call) and getattr(parent.func, "id", None) in _SELF_ALLOWED_IN:
+                continue
+            raise _Refuse(f"'{self_name}' is used as a value in an __init__ that leaves code behind")
+    for node in later:
+        _scan(node, self_name, norms, acts, {}, set(), found, unproven)
+
+
 def proven_pairs(cls, base, norms, acts, lookup):
     """{norm: set of acts} for the attributes in `norms` whose every use in cls's code is proven (module docstring).
 
@@ -302,10 +338,11 @@ def proven_pairs(cls, base, norms, acts, lookup):
     try:
         for k in classes:
             for function, line in _methods(k):
-                if function.name == "__init__":
-                    continue
                 self_name = _self_name(function)
                 if self_name is None:
+                    continue
+                if function.name == "__init__":
+                    _scan_left_behind(function, self_name, norms, acts, found, unproven)
                     continue
                 proven, dead = {}, set()
                 if k is owner and function.name == "forward" and line == forward.__code__.co_firstlineno:

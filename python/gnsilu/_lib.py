@@ -140,6 +140,11 @@ def call(name, *args):
         raise error_for_status(status, cdll.gnsilu_last_error().decode(errors="replace"))
 
 
+def raise_for_status(status):
+    """Raises the gnsilu.Error of a failed call's status, with this thread's gnsilu_last_error()."""
+    raise error_for_status(status, library()[0].gnsilu_last_error().decode(errors="replace"))
+
+
 def int64_array(values):
     """A ctypes int64_t[] holding values."""
     return (ctypes.c_int64 * len(values))(*values)

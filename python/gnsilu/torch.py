@@ -1,14 +1,26 @@
-"""gnsilu in PyTorch models: GroupNormSiLU, GroupNorm and swap_group_norm_silu.
+"""gnsilu in PyTorch models: the op torch.ops.gnsilu.group_norm, GroupNormSiLU, GroupNorm and swap_group_norm_silu.
 
     from gnsilu.torch import swap_group_norm_silu
     swap_group_norm_silu(vae)        # returns how many GroupNorm+SiLU pairs now run as one gnsilu call
+    decode = torch.compile(vae.decode)   # gnsilu's op stands in the compiled graph
+
+Importing this module registers the operator (schema in OP_SCHEMA)
+    torch.ops.gnsilu.group_norm(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu",
+                                out_dtype=None) -> Tensor
+y = silu(group_norm(x)) ("silu") or group_norm(x) ("none"), in x's memory format (torch.empty_like(x)) and
+out_dtype (default x's dtype). On CUDA tensors of bfloat16/float16/float32 it is gnsilu (gnsilu.group_norm); on
+any other tensor (CPU, float64, ...) or where libgnsilu cannot run, PyTorch's F.group_norm (and F.silu). It has a
+fake (meta) implementation, so torch.compile traces it into its graph (fullgraph too) and CUDA graphs capture it;
+it has no backward (an input that requires grad gets no gradient through it): the modules below run PyTorch's ops
+whenever an autograd graph is needed.
 
 GroupNormSiLU is nn.GroupNorm followed by SiLU in one module, with nn.GroupNorm's constructor, parameters and
 state_dict. It calls gnsilu on CUDA tensors of bfloat16/float16/float32 that are contiguous or channels-last, in
 inference (no autograd graph needed), and otherwise runs PyTorch's F.silu(F.group_norm(...)) exactly as the two
 modules would. GroupNorm is nn.GroupNorm itself (a subclass: same constructor, parameters, state_dict, repr, and
 isinstance(m, nn.GroupNorm) holds) whose forward calls gnsilu's plain group_norm under the same conditions, and
-otherwise F.group_norm.
+otherwise F.group_norm. Under torch.compile both put the op in the graph; in eager mode they call its
+implementation directly (the same function, without the dispatcher's host time).
 
 swap_group_norm_silu(model) replaces, in place:
   (a) in every nn.Sequential: a GroupNorm immediately followed by a SiLU module (GroupNorm -> GroupNormSiLU,
@@ -16,9 +28,9 @@ swap_group_norm_silu(model) replaces, in place:
   (b) in any other module ("block"): a GroupNorm attribute whose every use in the block's code is proven, by
       reading that code (gnsilu/_fusion.py), to be followed at once by a SiLU attribute: diffusers' ResnetBlock2D
       (norm1/norm2 -> nonlinearity) and VAE Decoder (conv_norm_out -> conv_act), and blocks written like them.
-      The GroupNorm becomes a GroupNormSiLU that marks its output, and the SiLU one that passes marked tensors
-      through and applies SiLU to everything else (a shared `nonlinearity` also applied to the time embedding,
-      say, keeps doing so);
+      The GroupNorm becomes a GroupNormSiLU that hands its output to the SiLU, and the SiLU one that passes that
+      very tensor (`is`) through and applies SiLU to everything else (a shared `nonlinearity` also applied to the
+      time embedding, say, keeps doing so). The hand-off is a module attribute, which torch.compile traces;
   (c) then every other nn.GroupNorm, wherever it is a child (nn.Sequential, ModuleList, block attribute): by a
       GroupNorm (the same computation, so nothing needs proving), unless plain=False.
 Only plain modules are touched: exactly nn.GroupNorm / nn.SiLU / nn.Sequential, with no hooks and no instance
@@ -31,15 +43,83 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _fusion
-from ._api import group_norm, group_norm_silu, layout_of
+from . import _api, _fusion
+from ._api import group_norm, layout_of
 from ._errors import LibraryNotFoundError, UnsupportedDeviceError
 
-__all__ = ["GroupNormSiLU", "GroupNorm", "SwapCounts", "swap_group_norm_silu"]
+__all__ = ["GroupNormSiLU", "GroupNorm", "SwapCounts", "swap_group_norm_silu", "OP_SCHEMA"]
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_MARK = "_gnsilu_silu_applied"  # set on outputs of a GroupNormSiLU whose SiLU module comes next (case b)
+_HANDOFF = "_gnsilu_handoff"  # on a _SiLUAfterGroupNormSiLU: the tensor its GroupNormSiLU just returned (case b)
 _unusable = None  # why gnsilu cannot run in this process (then GroupNorm and GroupNormSiLU run PyTorch's ops)
+_DEVICE_TYPES = ()  # devices besides CUDA where the modules call the op (tests add "cpu": it runs PyTorch's ops)
+
+
+# ---- the operator: torch.ops.gnsilu.group_norm ---------------------------------------------------------------
+OP_SCHEMA = ("group_norm(Tensor x, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-06, "
+             "str activation=\"silu\", ScalarType? out_dtype=None) -> Tensor")
+
+
+def _empty_output(x, out_dtype):
+    """The op's output tensor: torch.empty_like(x) (x's memory format) in out_dtype (default x's dtype)."""
+    return torch.empty_like(x, dtype=x.dtype if out_dtype is None else out_dtype)
+
+
+def _pytorch_group_norm(x, num_groups, weight, bias, eps, activation):
+    """What PyTorch's own modules compute: F.group_norm, then F.silu for activation "silu"."""
+    y = F.group_norm(x, num_groups, weight, bias, eps)
+    return F.silu(y) if activation == "silu" else y
+
+
+def _unusable_here(error):
+    """Records that gnsilu cannot run in this process (PyTorch's ops run from then on), with one warning."""
+    global _unusable
+    if _unusable is None:
+        _unusable = str(error)
+        warnings.warn(f"gnsilu cannot run here, PyTorch's ops run instead: {error}", RuntimeWarning, stacklevel=3)
+
+
+def _op_implementation(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None):
+    """torch.ops.gnsilu.group_norm on real tensors (the modules call it directly in eager mode): gnsilu on CUDA
+    tensors of its dtypes, PyTorch's ops on others (CPU tensors, float64, ...) and where gnsilu cannot run in
+    this process; either way the result has _empty_output's shape, dtype and strides."""
+    if activation not in ("silu", "none"):
+        raise ValueError(f"gnsilu::group_norm: activation must be \"silu\" or \"none\", got {activation!r}")
+    if x.is_cuda and x.dtype in _DTYPES and _unusable is None:
+        kind = None if activation == "none" else "silu"
+        try:
+            if layout_of(x.shape, x.stride()) is not None:
+                return group_norm(x, num_groups, weight, bias, eps, kind, out_dtype)  # y: empty_like(x)
+            y = _empty_output(x, out_dtype)
+            if layout_of(y.shape, y.stride()) is not None:
+                return group_norm(x, num_groups, weight, bias, eps, kind, out=y)  # x copied into y's layout
+            return y.copy_(group_norm(x, num_groups, weight, bias, eps, kind, out_dtype))
+        except (LibraryNotFoundError, UnsupportedDeviceError) as e:
+            _unusable_here(e)
+    return _empty_output(x, out_dtype).copy_(_pytorch_group_norm(x, num_groups, weight, bias, eps, activation))
+
+
+def _op_fake(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None):
+    """The op on fake (meta) tensors, for torch.compile: the output's shape, dtype and strides."""
+    return _empty_output(x, out_dtype)
+
+
+def _register_op():
+    """Defines gnsilu::group_norm (once per process: importing gnsilu.torch again finds it defined)."""
+    if hasattr(torch.ops, "gnsilu") and hasattr(torch.ops.gnsilu, "group_norm"):
+        return None
+    library = torch.library.Library("gnsilu", "DEF")
+    tags = (torch.Tag.needs_fixed_stride_order,) if hasattr(torch.Tag, "needs_fixed_stride_order") else ()
+    library.define(OP_SCHEMA, tags=tags)
+    for key in ("CUDA", "CPU"):
+        library.impl("group_norm", _op_implementation, key)
+    register_fake = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract
+    register_fake("gnsilu::group_norm", _op_fake, lib=library)
+    return library
+
+
+# Held for the process: dropping a torch.library.Library removes its registrations (importlib.reload keeps it).
+_library = globals().get("_library") or _register_op()
 
 
 def _autocast_enabled(device_type):
@@ -49,55 +129,64 @@ def _autocast_enabled(device_type):
         return device_type == "cuda" and torch.is_autocast_enabled()
 
 
-def _tracing():
-    compiler = getattr(torch, "compiler", None)
-    compiling = compiler is not None and hasattr(compiler, "is_compiling") and compiler.is_compiling()
-    return compiling or torch.jit.is_tracing()
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or torch._dynamo.is_compiling
 
 
 def _gnsilu_takes(module, x):
     """Whether gnsilu computes module(x) (GroupNorm or GroupNormSiLU): the conditions their docstrings list.
     x must be dense in either layout (gnsilu.layout_of): in any other, PyTorch's ops run as they would without
     gnsilu (they copy such an input themselves)."""
-    if _unusable is not None or _tracing():
+    if _unusable is not None or torch.jit.is_tracing() or torch.jit.is_scripting():
         return False
-    if type(x) is not torch.Tensor or not x.is_cuda or x.dtype not in _DTYPES or x.dim() < 2 \
-            or x.shape[1] != module.num_channels or layout_of(x.shape, x.stride()) is None:
+    if type(x) is not torch.Tensor or not (x.is_cuda or x.device.type in _DEVICE_TYPES) \
+            or x.dtype not in _DTYPES or x.dim() < 2 or x.shape[1] != module.num_channels \
+            or layout_of(x.shape, x.stride()) is None:
         return False
-    parameters = [p for p in (module.weight, module.bias) if p is not None]
-    if any(p.device != x.device or p.dtype not in _DTYPES for p in parameters):
-        return False
-    return not (torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in parameters)))
+    weight, bias = module.weight, module.bias
+    for p in (weight, bias):
+        if p is not None and (p.device != x.device or p.dtype not in _DTYPES):
+            return False
+    return not (torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
+                                             or (bias is not None and bias.requires_grad)))
 
 
-def _gnsilu_or_none(function, module, input, activation):
-    """function(input, ...) with module's settings (gnsilu.group_norm or group_norm_silu), or None where gnsilu
-    cannot run in this process (after one RuntimeWarning; PyTorch's ops run from then on)."""
-    global _unusable
-    out_dtype = torch.float32 if _autocast_enabled(input.device.type) else input.dtype
-    arguments = (input, module.num_groups, module.weight, module.bias, module.eps)
-    try:
-        if activation == "silu":
-            return function(*arguments, out_dtype=out_dtype)
-        return function(*arguments, activation=activation, out_dtype=out_dtype)
-    except (LibraryNotFoundError, UnsupportedDeviceError) as e:
-        _unusable = str(e)
-        warnings.warn(f"gnsilu cannot run here, {type(module).__name__} uses PyTorch's ops instead: {e}",
-                      RuntimeWarning, stacklevel=3)
+def _fast_forward(module, x, activation):
+    """module(x) through gnsilu's fast path (gnsilu/_api.py: a call whose key ran before) in eager mode, or None
+    where that does not apply; then forward decides as usual. Equivalent to _gnsilu_takes: a key holds x's type,
+    dtype, device, shape and strides, and the parameters' dtypes and devices, of a call that gnsilu ran."""
+    if type(x) is not torch.Tensor or _is_compiling() or torch.jit.is_tracing() or x.dim() < 2 \
+            or x.shape[1] != module.num_channels:
         return None
+    parameters = module._parameters
+    out_dtype = torch.float32 if _autocast_enabled("cuda") else x.dtype
+    return _api.torch_fast_call(torch, x, module.num_groups, parameters["weight"], parameters["bias"], module.eps,
+                                _api.ACTIVATION_SILU if activation == "silu" else _api.ACTIVATION_NONE, out_dtype)
+
+
+def _gnsilu(module, input, activation):
+    """module's computation through gnsilu: torch.ops.gnsilu.group_norm while torch.compile traces (the op then
+    stands in the graph), else the op's implementation called directly (the same function, without the
+    dispatcher's host time). The output dtype is the input's, float32 under autocast (as PyTorch's)."""
+    out_dtype = torch.float32 if _autocast_enabled(input.device.type) else input.dtype
+    if _is_compiling():
+        return torch.ops.gnsilu.group_norm(input, module.num_groups, module.weight, module.bias, module.eps,
+                                           activation, out_dtype)
+    return _op_implementation(input, module.num_groups, module.weight, module.bias, module.eps, activation,
+                              out_dtype)
 
 
 class GroupNormSiLU(nn.Module):
     """silu(group_norm(x)): nn.GroupNorm(num_groups, num_channels, eps, affine) followed by nn.SiLU, in one module.
 
     Parameters, buffers and state_dict are those of nn.GroupNorm (weight and bias, or none without affine).
-    forward calls gnsilu.group_norm_silu when all of these hold, and otherwise F.silu(F.group_norm(...)):
+    forward runs torch.ops.gnsilu.group_norm (gnsilu) when all of these hold, and otherwise
+    F.silu(F.group_norm(...)):
       - input is a plain torch.Tensor on a CUDA device, bfloat16/float16/float32, with num_channels channels in
         dimension 1, contiguous or channels-last (gnsilu.layout_of: torch.channels_last, channels_last_3d, (N, C, L)
         with the channel dimension innermost; the output then comes back in the same format); weight and bias
         on its device and of one of those dtypes;
       - no autograd graph is needed (grad mode off, or nothing requires grad): gnsilu has no backward;
-      - no torch.compile / TorchScript tracing is under way (the compiler fuses the PyTorch ops itself);
+      - no TorchScript tracing or scripting is under way (torch.compile is fine: the op stands in its graph);
       - libgnsilu.so loads and supports the GPU (else one RuntimeWarning and PyTorch's ops for the process).
     The output dtype is the input's, or float32 under CUDA autocast (where PyTorch runs group_norm in float32).
     """
@@ -134,14 +223,12 @@ class GroupNormSiLU(nn.Module):
         module.bias = group_norm.bias
         return module.train(group_norm.training)
 
-    def _gnsilu_takes(self, x):
-        return _gnsilu_takes(self, x)
-
     def forward(self, input):
-        if self._gnsilu_takes(input):
-            output = _gnsilu_or_none(group_norm_silu, self, input, "silu")
-            if output is not None:
-                return output
+        output = _fast_forward(self, input, "silu")
+        if output is not None:
+            return output
+        if _gnsilu_takes(self, input):
+            return _gnsilu(self, input, "silu")
         return F.silu(F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps))
 
     def extra_repr(self):
@@ -153,8 +240,9 @@ class GroupNorm(nn.GroupNorm):
 
     A subclass of nn.GroupNorm: the same constructor, parameters, state_dict, reset_parameters and repr, and code
     that asks isinstance(m, nn.GroupNorm) still finds it. forward calls gnsilu under GroupNormSiLU's conditions
-    (a CUDA tensor of bfloat16/float16/float32, contiguous or channels-last, no autograd graph needed, no tracing,
-    a usable library; the output in the input's memory format, float32 under CUDA autocast as nn.GroupNorm's), and
+    (a CUDA tensor of bfloat16/float16/float32, contiguous or channels-last, no autograd graph needed, no
+    TorchScript, a usable library; the output in the input's memory format, float32 under CUDA autocast as
+    nn.GroupNorm's), and
     otherwise F.group_norm exactly as nn.GroupNorm does. The results are gnsilu's rounding (correct rounding of the
     exact result), not PyTorch's: close, not the same bits.
     """
@@ -168,34 +256,41 @@ class GroupNorm(nn.GroupNorm):
         module.bias = group_norm.bias
         return module.train(group_norm.training)
 
-    def _gnsilu_takes(self, x):
-        return _gnsilu_takes(self, x)
-
     def forward(self, input):
-        if self._gnsilu_takes(input):
-            output = _gnsilu_or_none(group_norm, self, input, None)
-            if output is not None:
-                return output
+        output = _fast_forward(self, input, "none")
+        if output is not None:
+            return output
+        if _gnsilu_takes(self, input):
+            return _gnsilu(self, input, "none")
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
 
 
 class _GroupNormSiLUBeforeSiLU(GroupNormSiLU):
     """GroupNormSiLU in a block whose code is proven to hand its output straight to a _SiLUAfterGroupNormSiLU:
-    marks the output so that the SiLU passes it through."""
+    hands its output to that SiLU module (its `_gnsilu_acts`), which then passes that very tensor through."""
 
     def forward(self, input):
         output = super().forward(input)
-        setattr(output, _MARK, True)
+        for act in self._gnsilu_acts:
+            setattr(act, _HANDOFF, output)
         return output
 
 
 class _SiLUAfterGroupNormSiLU(nn.SiLU):
-    """nn.SiLU that passes a tensor marked by _GroupNormSiLUBeforeSiLU through (removing the mark)."""
+    """nn.SiLU that passes through the tensor its _GroupNormSiLUBeforeSiLU just returned (the same object, `is`,
+    which torch.compile traces), and applies SiLU to anything else. Either way the hand-off is cleared, so no
+    tensor is held past the next call."""
+
+    def __init__(self, inplace=False):
+        super().__init__(inplace)
+        setattr(self, _HANDOFF, None)
 
     def forward(self, input):
-        marks = getattr(input, "__dict__", None)
-        if marks is not None and marks.pop(_MARK, False):
-            return input
+        handed = getattr(self, _HANDOFF)
+        if handed is not None:
+            setattr(self, _HANDOFF, None)
+            if handed is input:
+                return input
         return super().forward(input)
 
 
@@ -261,10 +356,13 @@ def _swap_block(block):
         return 0
     pairs = _fusion.proven_pairs(type(block), nn.Module, norms, acts, lambda name: _plain_attribute(block, name))
     for norm, act_names in pairs.items():
-        setattr(block, norm, _GroupNormSiLUBeforeSiLU.from_group_norm(children[norm]))
+        fused = _GroupNormSiLUBeforeSiLU.from_group_norm(children[norm])
         for act in act_names:
             if type(children[act]) is nn.SiLU:
                 setattr(block, act, _SiLUAfterGroupNormSiLU(children[act].inplace))
+        # A plain attribute, not a submodule: named_modules() and the state_dict do not change.
+        object.__setattr__(fused, "_gnsilu_acts", tuple(children[act] for act in sorted(act_names)))
+        setattr(block, norm, fused)
     return len(pairs)
 
 

@@ -1093,7 +1093,7 @@ class TestTorchOnCPU(unittest.TestCase):
         with mock.patch.object(torch.Tensor, "is_cuda", True), \
                 mock.patch.object(torch.cuda, "device", lambda device: contextlib.nullcontext()), \
                 mock.patch.object(torch.cuda, "current_stream", lambda device=None: stream), \
-                mock.patch.object(_lib, "call", recorder):
+                mock.patch.object(_lib, "call", recorder), mock.patch.object(_api, "_FAST_LIMIT", 0):
             yield recorder
 
     def test_torch_path_with_cuda_pretended(self):

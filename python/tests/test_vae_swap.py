@@ -1,0 +1,403 @@
+#!/usr/bin/env python3
+"""swap_group_norm_silu on diffusers' VAEs, on CPU: tiny seeded models of every VAE class in
+diffusers.models.autoencoders that has nn.GroupNorm followed by SiLU. Needs PyTorch and diffusers (skipped without).
+
+    PYTHONPATH=python python3 -m pytest python/tests/test_vae_swap.py
+    PYTHONPATH=python python3 -m unittest python/tests/test_vae_swap.py    (load_tests: the same functions)
+    PYTHONPATH=python python3 python/tests/test_vae_swap.py                (the same, with timings)
+
+For each model: the output before the swap (contiguous input, and channels_last / channels_last_3d input for 4-D /
+5-D models), the swap with return_counts=True against the exact counts read from diffusers' code (below, per
+test), the state_dict unchanged (keys and values), every plain nn.GroupNorm replaced, a second swap replacing
+nothing, and the output after the swap equal to the one before bit for bit (torch.equal): on CPU the swapped
+modules run PyTorch's own F.silu(F.group_norm(...)). The outputs of channels-last inputs are compared with the
+unswapped model's output for the same input (convolutions need not give the same bits in both formats).
+
+The counts are those of diffusers 0.42.1 with these configurations; another diffusers version may build other
+blocks. Where a GroupNorm+SiLU pair in the code is not proven, the test says why.
+The last test checks the rule of gnsilu/_fusion.py about code that __init__ leaves behind (lambdas, functions).
+"""
+import contextlib
+import os
+import sys
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+try:
+    import torch
+    from torch import nn
+    from diffusers.models import autoencoders
+    import gnsilu.torch as gt
+except ImportError as error:  # not ModuleNotFoundError only: diffusers may fail to import for other reasons
+    torch = None
+    MISSING = f"needs PyTorch and diffusers ({type(error).__name__}: {error})"
+    if __name__ == "__main__":
+        print(f"test_vae_swap: skipped: {MISSING}")
+        sys.exit(77)  # ctest: Skipped
+    if "pytest" in sys.modules:
+        raise unittest.SkipTest(MISSING)  # pytest: the whole module is skipped
+    # unittest (load_tests below): every test skips on its own
+
+
+def require():
+    if torch is None:
+        raise unittest.SkipTest(MISSING)
+
+
+def vae_class(name):
+    cls = getattr(autoencoders, name, None)
+    if cls is None:
+        raise unittest.SkipTest(f"this diffusers has no {name}")
+    return cls
+
+
+def channels_last_of(x):
+    return torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+
+
+def as_tuple(output):
+    return output if isinstance(output, tuple) else (output,)
+
+
+def count(model, cls, exact=True):
+    return sum(1 for m in model.modules() if (type(m) is cls if exact else isinstance(m, cls)))
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Tiny models gain nothing from more threads, and on a busy machine several OpenMP threads per op lose a lot
+    (seconds instead of milliseconds per model); the thread count of the process is restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def sample_of(model, x):
+    return model(x).sample
+
+
+def check(name, config, x, pairs, plain, run=sample_of, channels_last=True):
+    """The model autoencoders.<name>(**config), seeded; run(model, x): its output(s); pairs, plain: the expected
+    SwapCounts. Returns the swapped model."""
+    require()
+    cls = vae_class(name)
+    with one_thread():
+        torch.manual_seed(0)
+        return _check(cls(**config).eval(), x, run, pairs, plain, channels_last)
+
+
+def _check(model, x, run, pairs, plain, channels_last):
+    inputs = {"contiguous": x}
+    if channels_last and x.dim() in (4, 5):
+        inputs["channels_last"] = x.to(memory_format=channels_last_of(x))
+    with torch.no_grad():
+        before = {name: as_tuple(run(model, v)) for name, v in inputs.items()}
+    state = model.state_dict()
+    group_norms = count(model, nn.GroupNorm)
+
+    counts = gt.swap_group_norm_silu(model, return_counts=True)
+    assert counts == gt.SwapCounts(pairs, plain), counts
+    assert counts.pairs + counts.plain == group_norms, (counts, group_norms)
+    assert count(model, nn.GroupNorm) == 0  # no plain nn.GroupNorm left
+    assert count(model, gt.GroupNormSiLU, exact=False) == pairs
+    assert count(model, gt.GroupNorm) == plain
+    after_state = model.state_dict()
+    assert list(after_state) == list(state)
+    assert all(torch.equal(after_state[k], v) for k, v in state.items())
+    assert gt.swap_group_norm_silu(model, return_counts=True) == gt.SwapCounts(0, 0)
+
+    with torch.no_grad():
+        for name, v in inputs.items():
+            after = as_tuple(run(model, v))
+            assert len(after) == len(before[name])
+            for a, b in zip(after, before[name]):
+                assert a.shape == b.shape and torch.equal(a, b), f"{name}: swapped output differs"
+    return model
+
+
+def randn(*shape):
+    require()
+    torch.manual_seed(1)
+    return torch.randn(*shape)
+
+
+# ---- the image VAEs built from diffusers' Encoder/Decoder (vae.py): ResnetBlock2D norm1/norm2 -> nonlinearity,
+# ---- conv_norm_out -> conv_act. Each has 10 ResnetBlock2D + 2 conv_norm_out = 22 pairs, all proven; the 2 mid-block
+# ---- attention group_norms (not followed by a SiLU) become plain GroupNorms.
+TINY_2D = dict(down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
+               norm_num_groups=8, latent_channels=4)
+
+
+def test_autoencoder_kl():
+    config = dict(TINY_2D, block_out_channels=(32, 64), layers_per_block=1)
+    check("AutoencoderKL", config, randn(1, 3, 16, 16), pairs=22, plain=2)
+
+
+def test_asymmetric_autoencoder_kl():
+    # MaskConditionDecoder instead of Decoder: the same pattern (conv_norm_out in an if/else before conv_act).
+    config = dict(down_block_out_channels=(32, 64), up_block_out_channels=(32, 64),
+                  down_block_types=TINY_2D["down_block_types"], up_block_types=TINY_2D["up_block_types"],
+                  layers_per_down_block=1, layers_per_up_block=1, norm_num_groups=8, latent_channels=4)
+    check("AsymmetricAutoencoderKL", config, randn(1, 3, 16, 16), pairs=22, plain=2)
+
+
+def test_autoencoder_kl_flux2():
+    config = dict(TINY_2D, block_out_channels=(32, 64), layers_per_block=1)
+    check("AutoencoderKLFlux2", config, randn(1, 3, 16, 16), pairs=22, plain=2)
+
+
+def test_vq_model():
+    config = dict(TINY_2D, block_out_channels=(32, 64), layers_per_block=1, num_vq_embeddings=16)
+    check("VQModel", config, randn(1, 3, 16, 16), pairs=22, plain=2)
+
+
+def test_autoencoder_kl_temporal_decoder():
+    # SVD: Encoder (4 ResnetBlock2D + conv_norm_out = 9 pairs) and TemporalDecoder (5 SpatioTemporalResBlock of a
+    # ResnetBlock2D and a TemporalResnetBlock, 20 pairs, + conv_norm_out): 30, all proven; 2 attention norms plain.
+    # TemporalDecoder and TemporalResnetBlock fix num_groups=32.
+    config = dict(block_out_channels=(32, 64), down_block_types=TINY_2D["down_block_types"], layers_per_block=1,
+                  latent_channels=4)
+    check("AutoencoderKLTemporalDecoder", config, randn(2, 3, 16, 16), pairs=30, plain=2,
+          run=lambda model, x: model(x, num_frames=2).sample)
+
+
+def test_autoencoder_kl_hunyuan_image():
+    # HunyuanImageResnetBlock norm1/norm2 -> nonlinearity, norm_out -> nonlinearity: 22, all proven; the 2
+    # HunyuanImageAttentionBlock norms are plain. num_groups is fixed at 32.
+    config = dict(in_channels=3, out_channels=3, latent_channels=32, block_out_channels=(32, 64), layers_per_block=1,
+                  spatial_compression_ratio=2, sample_size=16)
+    check("AutoencoderKLHunyuanImage", config, randn(1, 3, 16, 16), pairs=22, plain=2)
+
+
+def test_autoencoder_kl_kvae():
+    # Encoder: 4 KVAEResnetBlock2D (norm1/norm2 -> nonlinearity, the other branch of `if zq is None` a two-argument
+    # call) + norm_out = 9 pairs, proven. Decoder: its 13 GroupNorms sit in KVAEDecoderSpatialNorm2D, whose output
+    # is norm_f * conv_y(zq) + conv_b(zq): no GroupNorm+SiLU pair, plain. num_groups is fixed at 32.
+    config = dict(channels=32, num_enc_blocks=1, num_dec_blocks=1, z_channels=4, ch_mult=(1, 2), sample_size=16)
+    check("AutoencoderKLKVAE", config, randn(1, 3, 16, 16), pairs=9, plain=13)
+
+
+def test_consistency_decoder_vae():
+    # Encoder: 9 pairs, proven. decoder_unet (UNet2DModel): 10 ResnetBlock2D norm1 -> nonlinearity proven; their
+    # norm2 is followed by the scale_shift multiply-add (no pair, plain). UNet2DModel.conv_norm_out -> conv_act is a
+    # pair in the code but not proven: UNet2DModel is a ModelMixin, whose __init__ is wrapped by register_to_config
+    # (code outside the class source) and whose methods hand `self` on (self.modules(), save_pretrained(self), ...).
+    # 20 pairs in the code, 19 proven; plain: 10 norm2 + conv_norm_out + the encoder's attention norm.
+    config = dict(encoder_block_out_channels=(32, 64), encoder_down_block_types=TINY_2D["down_block_types"],
+                  encoder_layers_per_block=1, encoder_norm_num_groups=8, decoder_block_out_channels=(32, 64),
+                  decoder_down_block_types=("ResnetDownsampleBlock2D",) * 2,
+                  decoder_up_block_types=("ResnetUpsampleBlock2D",) * 2, decoder_layers_per_block=1,
+                  decoder_norm_num_groups=8)
+    check("ConsistencyDecoderVAE", config, randn(1, 3, 16, 16), pairs=19, plain=12,
+          run=lambda model, x: model(x, generator=torch.Generator().manual_seed(0)).sample)
+
+
+def test_autoencoder_kl_ltx2_audio_group_norm():
+    # norm_type="group" (the default is "pixel", no GroupNorm): LTX2AudioResnetBlock norm1/norm2 -> non_linearity,
+    # norm_out -> non_linearity in encoder and decoder: 22, all proven (no attention blocks here).
+    config = dict(base_channels=32, ch_mult=(1, 2), num_res_blocks=1, latent_channels=4, norm_type="group",
+                  causality_axis="none", mel_bins=16, is_causal=False)
+    check("AutoencoderKLLTX2Audio", config, randn(1, 2, 16, 16), pairs=22, plain=0)
+
+
+# ---- video VAEs (5-D input) ------------------------------------------------------------------------------------
+def test_autoencoder_kl_hunyuan_video():
+    # HunyuanVideoResnetBlockCausal3D norm1/norm2 -> nonlinearity, conv_norm_out -> conv_act: 22, all proven; 2
+    # attention norms plain.
+    config = dict(block_out_channels=(32, 64), down_block_types=("HunyuanVideoDownBlock3D",) * 2,
+                  up_block_types=("HunyuanVideoUpBlock3D",) * 2, layers_per_block=1, norm_num_groups=8,
+                  latent_channels=4, spatial_compression_ratio=2, temporal_compression_ratio=4)
+    check("AutoencoderKLHunyuanVideo", config, randn(1, 3, 5, 16, 16), pairs=22, plain=2)
+
+
+def test_autoencoder_kl_cogvideox():
+    # Encoder: 4 CogVideoXResnetBlock3D (`if zq is not None:` a three-argument norm call, else `h = self.norm1(h)`,
+    # then `h = self.nonlinearity(h)`) + norm_out = 9 pairs, proven. Decoder: its 13 GroupNorms sit in
+    # CogVideoXSpatialNorm3D (norm_f * conv_y + conv_b before the SiLU): no pair, plain.
+    config = dict(block_out_channels=(32, 64), down_block_types=("CogVideoXDownBlock3D",) * 2,
+                  up_block_types=("CogVideoXUpBlock3D",) * 2, layers_per_block=1, norm_num_groups=8,
+                  latent_channels=4, temporal_compression_ratio=2)
+    check("AutoencoderKLCogVideoX", config, randn(1, 3, 5, 16, 16), pairs=9, plain=13)
+
+
+def test_autoencoder_kl_allegro():
+    # 48 pairs in nn.Sequential (AllegroTemporalConvLayer: GroupNorm, SiLU, ...), 20 in ResnetBlock2D and the 2
+    # conv_norm_out -> conv_act: 70, all proven; 2 attention norms plain. AutoencoderKLAllegro encodes and decodes
+    # only by tiles (NotImplementedError otherwise), so this runs its encoder and decoder directly.
+    config = dict(block_out_channels=(32, 64), down_block_types=("AllegroDownBlock3D",) * 2,
+                  up_block_types=("AllegroUpBlock3D",) * 2, layers_per_block=1, norm_num_groups=8,
+                  latent_channels=4, temporal_downsample_blocks=(True, False),
+                  temporal_upsample_blocks=(False, True), sample_size=16)
+    z = randn(1, 4, 2, 8, 8)
+    check("AutoencoderKLAllegro", config, randn(1, 3, 4, 16, 16), pairs=70, plain=2,
+          run=lambda model, x: (model.encoder(x), model.decoder(z)))
+
+
+MAGVIT = dict(block_out_channels=(32, 64), down_block_types=["SpatialDownBlock3D", "SpatialTemporalDownBlock3D"],
+              up_block_types=["SpatialUpBlock3D", "SpatialTemporalUpBlock3D"], layers_per_block=1,
+              norm_num_groups=8, latent_channels=4)
+
+
+def test_autoencoder_kl_magvit():
+    # spatial_group_norm=True (the default): every norm sits in `h = h.permute(...).flatten(0, 1); h = self.norm(h);
+    # h = h.unflatten(...).permute(...)` before the SiLU: 18 pairs in the code (16 in EasyAnimateResidualBlock3D, 2
+    # conv_norm_out), none proven. The SiLU gets a view, not the norm's output itself, which the swapped SiLU must
+    # see to pass it through (a SiLU applied twice otherwise): not provable with the swap's hand-off.
+    check("AutoencoderKLMagvit", MAGVIT, randn(1, 3, 5, 16, 16), pairs=0, plain=18)
+
+
+def test_autoencoder_kl_magvit_without_spatial_group_norm():
+    # spatial_group_norm=False: `if self.spatial_group_norm:` is decided by each block's setting, and the else
+    # branch `h = self.norm1(h)` goes on to `h = self.nonlinearity(h)`: 16 of the 18 proven. The decoder's
+    # EasyAnimateMidBlock3d is built without the setting (diffusers leaves its default, True), so its block keeps
+    # the reshaping branch: those 2 norms stay plain.
+    config = dict(MAGVIT, spatial_group_norm=False)
+    check("AutoencoderKLMagvit", config, randn(1, 3, 5, 16, 16), pairs=16, plain=2)
+
+
+def test_autoencoder_kl_mochi():
+    # All 21 GroupNorms (MochiResnetBlock3D norm1/norm2 and the encoder's norm_out, each followed by the block's
+    # nonlinearity) sit inside MochiChunkedGroupNorm3D, which norms per frame in chunks (permute, split, a list
+    # comprehension, cat, permute) and holds no SiLU: no block holds both the GroupNorm and the SiLU, and the SiLU
+    # gets a new tensor. 21 pairs in the code, none proven, all plain. (in_channels=15: the 3 video channels after
+    # Mochi's Fourier features.)
+    config = dict(in_channels=15, encoder_block_out_channels=(32,) * 4, decoder_block_out_channels=(32,) * 4,
+                  latent_channels=4, layers_per_block=(1,) * 5, temporal_expansions=(1, 1, 1),
+                  spatial_expansions=(2, 1, 1), add_attention_block=(False,) * 5)
+    check("AutoencoderKLMochi", config, randn(1, 3, 3, 8, 8), pairs=0, plain=21)
+
+
+def test_autoencoder_kl_cosmos():
+    # CosmosResnetBlock3d norm1/norm2 (14) and the 2 norm_out: 16 pairs in the code, none proven: each GroupNorm
+    # sits in CosmosCausalGroupNorm (num_groups=1: permute, flatten, norm, unflatten, permute) and the SiLU is
+    # F.silu(...), a function call that cannot be told to pass a tensor through. The 4 attention norms are no pairs.
+    config = dict(latent_channels=4, encoder_block_out_channels=(32, 64), decode_block_out_channels=(32, 64),
+                  attention_resolutions=(), resolution=32, num_layers=1, patch_size=1, spatial_compression_ratio=2,
+                  temporal_compression_ratio=1, latents_mean=None, latents_std=None)
+    check("AutoencoderKLCosmos", config, randn(1, 3, 3, 16, 16), pairs=0, plain=20)
+
+
+def test_autoencoder_kl_kvae_video():
+    # Encoder: 4 KVAECachedResnetBlock3D norm1/norm2 + norm_out = 9 pairs in the code, none proven: each GroupNorm
+    # sits in KVAECachedGroupNorm (no SiLU there) and the SiLU is F.silu(h) / nonlinearity(h) = F.silu. Decoder:
+    # 13 GroupNorms in KVAECachedSpatialNorm3D (multiply-add before the SiLU): no pairs. num_groups is fixed at 32.
+    config = dict(ch=32, ch_mult=(1, 2), num_res_blocks=1, z_channels=4, temporal_compress_times=2)
+    check("AutoencoderKLKVAEVideo", config, randn(1, 3, 3, 16, 16), pairs=0, plain=22)
+
+
+def test_autoencoder_kl_minimax_h3():
+    # The encoder's 5 norms (2 MiniMaxH3VideoResnetBlock3d x norm1/norm2, norm_out) are MiniMaxH3VideoGroupNorm, a
+    # subclass of nn.GroupNorm with its own forward (per frame, through permute/view), each followed by F.silu(...):
+    # 5 pairs in the code, none proven, and as subclasses not even swapped as plain GroupNorms. The decoder is a
+    # ViT without GroupNorm; only the encoder runs here.
+    config = dict(latent_channels=4, block_out_channels=(32, 64), layers_per_block=1,
+                  spatial_downsample_factors=(2, 1), temporal_downsample_factors=(1, 1), norm_num_groups=8,
+                  decoder_num_layers=1, decoder_num_attention_heads=2, decoder_attention_head_dim=16,
+                  latents_mean=(0.0,) * 4, latents_std=(1.0,) * 4, clip_length=1)
+    model = check("AutoencoderKLMiniMaxH3", config, randn(1, 3, 1, 16, 16), pairs=0, plain=0,
+                  run=lambda model, x: model.encode(x).latent_dist.mode())
+    assert count(model, nn.GroupNorm, exact=False) == 5
+
+
+# ---- the proof: code that __init__ leaves behind -------------------------------------------------------------------
+def _blocks_with_code_left_behind():
+    """Blocks whose __init__ leaves code that runs later: (class, expected pairs, expected plain)."""
+    class _LambdaInInit(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.GroupNorm(2, 4)
+            self.act = nn.SiLU()
+            self.helper = lambda x: self.norm(x)  # looks self.norm up when called, after a swap
+
+        def forward(self, x):
+            y = self.helper(x)
+            x = self.norm(x)
+            x = self.act(x)
+            return x + y
+
+    class _AliasInInit(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.GroupNorm(2, 4)
+            self.act = nn.SiLU()
+            me = self
+
+            def helper(x):
+                return me.norm(x)
+            self.helper = helper
+
+        def forward(self, x):
+            y = self.helper(x)
+            x = self.norm(x)
+            x = self.act(x)
+            return x + y
+
+    class _ComposedLambdaInInit(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.GroupNorm(2, 4)
+            self.act = nn.SiLU()
+            self.helper = lambda x: self.act(self.norm(x))  # a proven use, wherever it is written
+            self.scale = lambda x: x * 2  # code left behind that does not reach the norm
+
+        def forward(self, x):
+            y = self.helper(x)
+            x = self.norm(x)
+            x = self.act(x)
+            return self.scale(x) + y
+
+    return (_LambdaInInit, 0, 1), (_AliasInInit, 0, 1), (_ComposedLambdaInInit, 1, 0)
+
+
+def test_code_left_behind_by_init_is_examined():
+    require()
+    x = randn(2, 4, 3, 3)
+    for cls, pairs, plain in _blocks_with_code_left_behind():
+        torch.manual_seed(0)
+        block = cls()
+        with torch.no_grad(), one_thread():
+            before = block(x)
+            assert gt.swap_group_norm_silu(block, return_counts=True) == gt.SwapCounts(pairs, plain), cls.__name__
+            assert torch.equal(block(x), before), cls.__name__
+
+
+def _tests():
+    return [(name, f) for name, f in sorted(globals().items()) if name.startswith("test_") and callable(f)]
+
+
+def load_tests(loader, tests, pattern):
+    """For python3 -m unittest: the test functions as test cases (pytest collects them itself)."""
+    suite = unittest.TestSuite()
+    for name, test in _tests():
+        suite.addTest(unittest.FunctionTestCase(test, description=name))
+    return suite
+
+
+def main():
+    tests = _tests()
+    failed = skipped = 0
+    start = time.time()
+    for name, test in tests:
+        t = time.time()
+        try:
+            test()
+        except unittest.SkipTest as e:
+            skipped += 1
+            print(f"SKIP {name}: {e}")
+        except Exception as e:  # noqa: BLE001  (report every test)
+            failed += 1
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+        else:
+            print(f"ok   {name} ({time.time() - t:.2f} s)")
+    print(f"{len(tests)} tests, {failed} failed, {skipped} skipped, {time.time() - start:.1f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

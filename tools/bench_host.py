@@ -1,0 +1,83 @@
+"""Host time of one gnsilu call from Python on a resolved key: N calls queued back to back, per-call time printed.
+
+    GNSILU_LIBRARY=build/libgnsilu.so python3 tools/bench_host.py [--calls 10000] [--shape 1,640,64,64]
+
+The calls are queued in batches, each behind a sleep kernel (torch.cuda._sleep) longer than the batch takes to
+queue, so that the GPU never catches up and the launch queue never fills: the wall clock of the loop is the host
+time; the stream is synchronised between batches, outside the timing. Rows: gnsilu.group_norm_silu (the
+function), GroupNormSiLU (the module, eager), the op torch.ops.gnsilu.group_norm through the dispatcher, and
+PyTorch's F.silu(F.group_norm(...)) for comparison; in both layouts. Also the GPU time of one call (CUDA events)
+to show that small activations were host-bound.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=10000)
+    parser.add_argument("--batch", type=int, default=250, help="calls queued behind one sleep kernel")
+    parser.add_argument("--shape", default="1,640,64,64")
+    parser.add_argument("--groups", type=int, default=32)
+    args = parser.parse_args()
+    import torch
+    import torch.nn.functional as F
+    import gnsilu
+    import gnsilu.torch as gt
+    if not torch.cuda.is_available():
+        print("bench_host: no CUDA device")
+        return 77
+    shape = tuple(int(s) for s in args.shape.split(","))
+    channels = shape[1]
+    module = gt.GroupNormSiLU(args.groups, channels, eps=1e-6).cuda().to(torch.bfloat16)
+    weight, bias = module.weight, module.bias
+    print(f"gnsilu {gnsilu.version()}, PyTorch {torch.__version__}, {torch.cuda.get_device_name()}; x {shape} "
+          f"bf16, G={args.groups}; {args.calls} queued calls in batches of "
+          f"{args.batch}, median over the batches")
+    print(f"{'layout':14} {'call':32} {'host us/call':>12} {'GPU us/call':>12}")
+    for layout in ("contiguous", "channels_last"):
+        x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+        if layout == "channels_last":
+            x = x.to(memory_format=torch.channels_last)
+        calls = {
+            "gnsilu.group_norm_silu": lambda: gnsilu.group_norm_silu(x, args.groups, weight, bias, 1e-6),
+            "GroupNormSiLU (module)": lambda: module(x),
+            "torch.ops.gnsilu.group_norm": lambda: torch.ops.gnsilu.group_norm(x, args.groups, weight, bias, 1e-6),
+            "F.silu(F.group_norm) (PyTorch)": lambda: F.silu(F.group_norm(x, args.groups, weight, bias, 1e-6)),
+        }
+        with torch.inference_mode():
+            for name, call in calls.items():
+                for _ in range(20):  # resolves the key (tunes on first use), fills the fast path
+                    call()
+                torch.cuda.synchronize()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(100):
+                    call()
+                end.record()
+                end.synchronize()
+                gpu_us = start.elapsed_time(end) * 1e3 / 100
+                # Batches of `batch` calls, each queued behind a sleep kernel longer than the batch takes to
+                # queue (100 us a call), so that the GPU never catches up and the launch queue never fills; the
+                # host time of the loop is what perf_counter measures. Synchronised between batches, not timed.
+                per_call = []
+                for _ in range(args.calls // args.batch):
+                    torch.cuda._sleep(int(args.batch * 100 * 2000))  # cycles, at about 2 GHz
+                    begin = time.perf_counter()
+                    for _ in range(args.batch):
+                        call()
+                    per_call.append((time.perf_counter() - begin) / args.batch * 1e6)
+                    torch.cuda.synchronize()
+                loops = per_call
+                print(f"{layout:14} {name:32} {statistics.median(loops):12.2f} {gpu_us:12.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""The benchmark that counts: whole VAE decodes with diffusers' own classes, with and without gnsilu.
+
+    GNSILU_LIBRARY=build/libgnsilu.so python3 tools/bench_vae.py [--cases flux-512,flux-1024,hunyuan-video]
+        [--modes eager,eager+gnsilu,compile,compile+gnsilu] [--layouts nchw,channels_last] [--runs 10]
+        [--no-profile] [--json results.json]
+
+Models, built from config dicts with random weights (seeded; no model hub):
+  flux-512, flux-1024  diffusers.AutoencoderKL with the Flux VAE configuration (block_out_channels 128/256/512/512,
+                       2 layers a block, 16 latent channels, 32 groups, no quant convs) decoding a 1x16x64x64 /
+                       1x16x128x128 latent to 512x512 / 1024x1024;
+  hunyuan-video        diffusers.AutoencoderKLHunyuanVideo (its default configuration) decoding a 1x16x3x40x64
+                       latent to 9 frames of 320x512 (--hunyuan-latent T,H,W for another clip).
+Modes: eager; eager+gnsilu (gnsilu.torch.swap_group_norm_silu on a copy); compile (torch.compile of the decode);
+compile+gnsilu (the swapped copy compiled: gnsilu's op stands in Inductor's graph). Layouts: nchw (contiguous) and
+channels_last (model and latent in torch.channels_last / channels_last_3d).
+For each row: median ms of --runs decodes (CUDA events around each decode, after warm-up; the compile time of the
+first call is printed apart), peak memory allocated during the decodes, the relative L2 error against a float32
+decode of the same weights (eager, NCHW, computed once), and unless --no-profile a kernel-time breakdown of one
+decode from torch.profiler (ms a decode): convolutions, cuDNN's layout transposes, PyTorch / Inductor GroupNorm,
+gnsilu, attention, matrix products, elementwise and other kernels. L2 is not flushed between decodes: a decode
+moves gigabytes, far beyond the 60 MB L2.
+Needs PyTorch with CUDA and diffusers (on a machine without them, carry diffusers' and importlib_metadata's wheels).
+--device cpu runs the same program on the CPU with tiny inputs (a check of the script, not a benchmark).
+"""
+import argparse
+import copy
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+
+FLUX_VAE = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",) * 4,
+                up_block_types=("UpDecoderBlock2D",) * 4, block_out_channels=(128, 256, 512, 512),
+                layers_per_block=2, act_fn="silu", latent_channels=16, norm_num_groups=32, sample_size=1024,
+                scaling_factor=0.3611, shift_factor=0.1159, use_quant_conv=False, use_post_quant_conv=False,
+                mid_block_add_attention=True)
+CATEGORIES = ["conv", "transpose", "groupnorm", "gnsilu", "attention", "gemm", "elementwise", "other"]
+# Kernel names (lower case) to categories, first match wins.
+PATTERNS = [
+    ("gnsilu", r"gnsilu"),
+    ("transpose", r"nchwtonhwc|nhwctonchw|nchw2nhwc|nhwc2nchw|convert_?layout|transpose|tensor_?transform"),
+    ("groupnorm", r"group_?norm|groupnorm|rowwisemoments|computefusedparams|compute_?fused|"
+                  r"native_group_norm|welford"),
+    ("attention", r"flash|fmha|attention|sdpa|softmax"),
+    ("conv", r"conv|fprop|dgrad|implicit|winograd|xmma_fprop|cudnn"),
+    ("gemm", r"gemm|cutlass|matmul|sm90_xmma|nvjet|cublas"),
+    ("elementwise", r"elementwise|vectorized|triton_poi|triton_per|triton_red|unrolled|copy|fill|add|mul|silu|"
+                    r"upsample|cat|pad|reduce"),
+]
+
+
+def classify(name):
+    lower = name.lower()
+    for category, pattern in PATTERNS:
+        if re.search(pattern, lower):
+            return category
+    return "other"
+
+
+def build(case, args, torch):
+    """(vae, latent) for a case, float32 on args.device; weights seeded."""
+    import diffusers
+    torch.manual_seed(0)
+    if case.startswith("flux"):
+        vae = diffusers.AutoencoderKL(**FLUX_VAE)
+        side = {"flux-512": 64, "flux-1024": 128}[case] if args.device == "cuda" else 8
+        shape = (1, 16, side, side)
+    elif case == "hunyuan-video":
+        vae = diffusers.AutoencoderKLHunyuanVideo()
+        t, h, w = (int(v) for v in args.hunyuan_latent.split(",")) if args.device == "cuda" else (2, 8, 8)
+        shape = (1, 16, t, h, w)
+    else:
+        raise SystemExit(f"bench_vae: unknown case {case!r}")
+    generator = torch.Generator().manual_seed(1)
+    latent = torch.randn(shape, generator=generator)
+    return vae.eval().to(args.device), latent.to(args.device)
+
+
+def in_layout(torch, value, layout):
+    if layout == "nchw":
+        return value.contiguous()
+    return value.to(memory_format=torch.channels_last if value.dim() == 4 else torch.channels_last_3d)
+
+
+def model_in_layout(torch, vae, layout):
+    if layout == "nchw":
+        return vae
+    has_3d = any(isinstance(m, torch.nn.Conv3d) for m in vae.modules())
+    return vae.to(memory_format=torch.channels_last_3d if has_3d else torch.channels_last)
+
+
+def breakdown(torch, decode, latent):
+    """ms a decode by kernel category, from torch.profiler's CUDA kernel events of one decode."""
+    from torch.profiler import ProfilerActivity, profile
+    totals = dict.fromkeys(CATEGORIES, 0.0)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        decode(latent)
+        torch.cuda.synchronize()
+    for event in prof.events():  # kernels, copies and sets are the events on the device
+        if str(getattr(event, "device_type", "")).endswith("CUDA"):
+            totals[classify(event.name)] += event.time_range.elapsed_us() / 1e3  # us -> ms
+    return totals
+
+
+def run_row(torch, args, vae_bf16, latent, mode, layout, exact):
+    import gnsilu.torch as gt
+    model = copy.deepcopy(vae_bf16)
+    swapped = None
+    if mode.endswith("+gnsilu"):
+        swapped = gt.swap_group_norm_silu(model, return_counts=True)
+    model = model_in_layout(torch, model, layout)
+    z = in_layout(torch, latent.to(torch.bfloat16), layout)
+
+    def plain_decode(value):
+        return model.decode(value).sample
+
+    decode = plain_decode
+    compile_s = None
+    torch._dynamo.reset()
+    if mode.startswith("compile"):
+        decode = torch.compile(plain_decode, mode=args.compile_mode)
+    with torch.inference_mode():
+        begin = time.perf_counter()
+        out = decode(z)
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+        first_s = time.perf_counter() - begin
+        if mode.startswith("compile"):
+            compile_s = first_s
+        for _ in range(args.warmup):
+            decode(z)
+        times = []
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            for _ in range(args.runs):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                decode(z)
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+            peak = torch.cuda.max_memory_allocated() / 2**30
+        else:
+            for _ in range(args.runs):
+                begin = time.perf_counter()
+                decode(z)
+                times.append((time.perf_counter() - begin) * 1e3)
+            peak = float("nan")
+        error = ((out.float() - exact).norm() / exact.norm()).item()
+        kernels = breakdown(torch, decode, z) if args.profile and args.device == "cuda" else None
+    return {"mode": mode, "layout": layout, "ms": statistics.median(times), "peak_gib": peak,
+            "relative_l2": error, "compile_s": compile_s, "kernels_ms": kernels,
+            "swapped": None if swapped is None else {"pairs": swapped.pairs, "plain": swapped.plain},
+            "output_shape": list(out.shape)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", default="flux-512,flux-1024,hunyuan-video")
+    parser.add_argument("--modes", default="eager,eager+gnsilu,compile,compile+gnsilu")
+    parser.add_argument("--layouts", default="nchw,channels_last")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--hunyuan-latent", default="3,40,64", help="T,H,W of the HunyuanVideo latent")
+    parser.add_argument("--compile-mode", default=None, help="torch.compile's mode (default: its default)")
+    parser.add_argument("--no-profile", dest="profile", action="store_false")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--json", help="write the rows there too")
+    args = parser.parse_args()
+    import torch
+    try:
+        import diffusers
+    except ImportError:
+        print("bench_vae: diffusers is not installed (carry its wheel and importlib_metadata's)")
+        return 77
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("bench_vae: no CUDA device")
+        return 77
+    import gnsilu
+    modes = args.modes.split(",")
+    layouts = args.layouts.split(",")
+    where = torch.cuda.get_device_name() if args.device == "cuda" else "CPU (a check, not a benchmark)"
+    print(f"bench_vae: gnsilu {gnsilu.__version__}, PyTorch {torch.__version__}, diffusers {diffusers.__version__}, "
+          f"{where}; bf16, median of {args.runs} decodes", flush=True)
+    rows = []
+    for case in args.cases.split(","):
+        vae, latent = build(case, args, torch)
+        with torch.inference_mode():
+            exact = vae.decode(latent).sample.float()  # float32, eager, NCHW
+        vae_bf16 = vae.to(torch.bfloat16)
+        del vae
+        for mode in modes:
+            for layout in layouts:
+                row = run_row(torch, args, vae_bf16, latent, mode, layout, exact)
+                row["case"] = case
+                rows.append(row)
+                kernels = row["kernels_ms"]
+                detail = "" if kernels is None else "  " + " ".join(f"{k} {v:.2f}" for k, v in kernels.items())
+                compiled = "" if row["compile_s"] is None else f"  first call {row['compile_s']:.1f} s"
+                swapped = "" if row["swapped"] is None else f"  swapped {row['swapped']['pairs']}+" \
+                                                           f"{row['swapped']['plain']}"
+                print(f"{case:14} {mode:15} {layout:14} {row['ms']:9.2f} ms  peak {row['peak_gib']:6.2f} GiB  "
+                      f"rel L2 {row['relative_l2']:.2e}{swapped}{compiled}{detail}", flush=True)
+                if args.device == "cuda":
+                    torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print("\n| case | mode | layout | ms | peak GiB | rel. L2 to fp32 | " + " | ".join(CATEGORIES) + " |")
+    print("|" + "---|" * (6 + len(CATEGORIES)))
+    for row in rows:
+        kernels = row["kernels_ms"] or {}
+        cells = " | ".join(f"{kernels[c]:.2f}" if c in kernels else "" for c in CATEGORIES)
+        print(f"| {row['case']} | {row['mode']} | {row['layout']} | {row['ms']:.2f} | {row['peak_gib']:.2f} | "
+              f"{row['relative_l2']:.2e} | {cells} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
