@@ -5,6 +5,8 @@
 #include <sqlite3.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <stop_token>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
@@ -668,8 +670,14 @@ Store::Claim Store::claim(const std::string& key, const std::string& owner, doub
     SQLite::Statement q(*db_, "SELECT owner, expires_at FROM leases WHERE key = ?");
     q.bind(1, key);
     if (q.executeStep() && q.getColumn(0).getString() != owner && q.getColumn(1).getDouble() > now) {
-      result = Claim::HeldByOther;
-      return;
+      const std::string holder_text = q.getColumn(0).getString();
+      const auto holder = LeaseHolder::parse(holder_text);
+      if (!holder || holder->liveness() != LeaseHolder::Liveness::Dead) {
+        result = Claim::HeldByOther;
+        return;
+      }
+      detail::logger().info("taking over the tuning lease on {} in {}: its holder ({}) no longer runs", key, path_,
+                    holder->describe(now));
     }
     SQLite::Statement ins(*db_, "INSERT OR REPLACE INTO leases (key, owner, expires_at) VALUES (?, ?, ?)");
     ins.bind(1, key);
@@ -681,6 +689,39 @@ Store::Claim Store::claim(const std::string& key, const std::string& owner, doub
   return result;
 }
 
+std::optional<Store::Lease> Store::lease(const std::string& key) {
+  std::optional<Lease> result;
+  if (!usable()) return result;
+  std::lock_guard lock(mutex_);
+  try {
+    SQLite::Statement q(*db_, "SELECT owner, expires_at FROM leases WHERE key = ?");
+    q.bind(1, key);
+    if (q.executeStep()) result = Lease{q.getColumn(0).getString(), q.getColumn(1).getDouble()};
+  } catch (const std::exception& e) {
+    detail::logger().debug("reading the lease on {} in {}: {}", key, path_, e.what());
+  }
+  return result;
+}
+
+int Store::release_process_leases(const LeaseHolder& holder) {
+  int released = 0;
+  run_write("releasing leases", [&] {
+    std::vector<std::string> owners;
+    SQLite::Statement q(*db_, "SELECT DISTINCT owner FROM leases");
+    while (q.executeStep()) {
+      const std::string owner = q.getColumn(0).getString();
+      const auto h = LeaseHolder::parse(owner);
+      if (h && h->same_process(holder)) owners.push_back(owner);
+    }
+    for (const auto& owner : owners) {
+      SQLite::Statement d(*db_, "DELETE FROM leases WHERE owner = ?");
+      d.bind(1, owner);
+      released += d.exec();
+    }
+  });
+  return released;
+}
+
 void Store::release(const std::string& key, const std::string& owner) {
   run_write("a tuning lease", [&] {
     SQLite::Statement d(*db_, "DELETE FROM leases WHERE key = ? AND owner = ?");
@@ -689,5 +730,26 @@ void Store::release(const std::string& key, const std::string& owner) {
     d.exec();
   });
 }
+
+LeaseHeartbeat::LeaseHeartbeat(std::string path, std::string key, std::string owner, double period_seconds,
+                               double lease_seconds)
+    : thread_([this, path = std::move(path), key = std::move(key), owner = std::move(owner), period_seconds,
+               lease_seconds](std::stop_token stop) {
+        std::unique_ptr<Store> store;
+        std::mutex m;
+        std::condition_variable_any wake;
+        const auto period = std::chrono::duration<double>(period_seconds);
+        while (!stop.stop_requested()) {
+          {
+            std::unique_lock lock(m);
+            wake.wait_for(lock, stop, period, [] { return false; });  // returns early when stop is requested
+          }
+          if (stop.stop_requested()) return;
+          if (!store) store = std::make_unique<Store>(path, Store::Mode::ReadWrite);
+          if (store->writable() && store->claim(key, owner, lease_seconds) == Store::Claim::Acquired) renewals_++;
+        }
+      }) {}
+
+LeaseHeartbeat::~LeaseHeartbeat() = default;  // std::jthread: request_stop, then join
 
 }  // namespace gnsilu::cache

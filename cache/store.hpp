@@ -5,14 +5,17 @@
 // store never deletes, rewrites or truncates a file it cannot use.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "entries.hpp"
+#include "lease.hpp"
 
 namespace SQLite {
 class Database;
@@ -53,9 +56,19 @@ class Store {
   bool remove_kernel(const KernelKey& key);
 
   // A lease on tuning `key` for `seconds` (0 to 86400; anything else: Unavailable), so that one process tunes
-  // while the others wait or use the default.
+  // while the others wait or use the default. The owner may renew it (claim again). Another owner's lease is
+  // taken over when it has expired, or at once when its holder (an owner in LeaseHolder's form, lease.hpp) ran
+  // on this host and no longer runs; the check and the takeover are one write transaction, so two processes
+  // that find the same dead lease do not both acquire it.
   Claim claim(const std::string& key, const std::string& owner, double seconds);
   void release(const std::string& key, const std::string& owner);
+  struct Lease {
+    std::string owner;
+    double expires_at = 0.0;  // Unix time
+  };
+  std::optional<Lease> lease(const std::string& key);  // the lease on `key` as the file holds it
+  // Releases every lease held by `holder`'s process (any of its threads); returns how many.
+  int release_process_leases(const LeaseHolder& holder);
 
   // Applies migration steps [1, up_to] only (tests build files of an older schema with it).
   static bool create_at_version(const std::string& path, int up_to);
@@ -82,6 +95,22 @@ class Store {
   int schema_version_ = 0;
   bool warned_ = false;
   bool upgrade_copy_ = false;  // read_upgraded: an older schema is read through an upgraded copy in memory
+};
+
+// Renews a lease (claims it again for kLeaseSeconds) every kLeaseHeartbeatSeconds until destroyed, on a thread
+// of its own with its own connection to the file: a holder stays known to be alive while it tunes.
+class LeaseHeartbeat {
+ public:
+  LeaseHeartbeat(std::string path, std::string key, std::string owner,
+                 double period_seconds = kLeaseHeartbeatSeconds, double lease_seconds = kLeaseSeconds);
+  ~LeaseHeartbeat();  // stops and joins the thread
+  LeaseHeartbeat(const LeaseHeartbeat&) = delete;
+  LeaseHeartbeat& operator=(const LeaseHeartbeat&) = delete;
+  int renewals() const { return renewals_.load(); }
+
+ private:
+  std::atomic<int> renewals_{0};
+  std::jthread thread_;
 };
 
 }  // namespace gnsilu::cache

@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "cache.hpp"
+#include "lease.hpp"
 #include "driver.hpp"
 #include "errors.hpp"
 #include "kernels.hpp"
@@ -102,14 +103,6 @@ std::string shape_text(std::span<const int64_t> shape, int64_t groups) {
   return out + " G=" + std::to_string(groups);
 }
 
-std::string owner_id() {
-  char host[128] = {};
-  gethostname(host, sizeof host - 1);
-  std::ostringstream out;
-  out << host << ":" << getpid() << ":" << std::this_thread::get_id();
-  return out.str();
-}
-
 // Times the candidates on (a slice of) this call's x; returns the cache entry to store.
 cache::TuningEntry tune(const CallInfo& call, const cache::TuningKey& key) {
   std::vector<int64_t> shape;
@@ -169,35 +162,58 @@ std::optional<cache::TuningEntry> usable_entry(cache::LayeredCache& store, const
   return e;
 }
 
-// Tunes `key` unless another process holds its lease in the user file; then waits up to `wait_ms` for that
-// process's entry. Stores what it tunes.
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Tunes `key` unless another live process holds its lease in the user file; then waits up to `wait.wait_seconds`
+// for that process's entry, claiming again every half second (the lease is taken over when its holder has died
+// or stopped renewing it). Stores what it tunes.
 WarmResult tune_under_lease(const CallInfo& call, const cache::TuningKey& key, cache::LayeredCache& store,
-                            std::size_t wait_ms) {
+                            const WaitOptions& wait) {
   WarmResult r;
   r.key = key;
   cache::Store* user = store.user();
-  const std::string owner = owner_id();
+  const std::string owner = cache::LeaseHolder::self().text();
   const std::string lease = key.text();
   cache::Store::Claim claim = cache::Store::Claim::Unavailable;
-  if (user != nullptr && user->writable()) claim = user->claim(lease, owner, 120.0);
+  if (user != nullptr && user->writable()) claim = user->claim(lease, owner, cache::kLeaseSeconds);
   const auto started = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
   if (claim == cache::Store::Claim::HeldByOther) {
     counters().waited_for_other_process++;
-    const auto deadline = started + std::chrono::milliseconds(wait_ms);
-    while (std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto deadline = started + std::chrono::duration<double>(std::max(0.0, wait.wait_seconds));
+    auto next_claim = started;
+    while (claim == cache::Store::Claim::HeldByOther) {
       if (auto e = usable_entry(store, key)) {
         r.outcome = WarmResult::Outcome::TunedElsewhere;
         r.entry = std::move(e);
         r.seconds = elapsed();
         return r;
       }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) break;
+      if (now >= next_claim) {
+        next_claim = now + std::chrono::milliseconds(500);
+        claim = user->claim(lease, owner, cache::kLeaseSeconds);  // takes over a dead or silent holder
+        if (claim != cache::Store::Claim::HeldByOther) break;
+        if (wait.waiting) {
+          const auto held = user->lease(lease);
+          const auto holder = held ? cache::LeaseHolder::parse(held->owner) : std::nullopt;
+          wait.waiting(holder ? holder->describe(unix_now()) : (held ? held->owner : std::string("?")), elapsed());
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    r.outcome = WarmResult::Outcome::HeldByOther;
-    r.message = "another process holds the tuning lease";
-    r.seconds = elapsed();
-    return r;
+    if (claim == cache::Store::Claim::HeldByOther) {
+      r.outcome = WarmResult::Outcome::HeldByOther;
+      const auto held = user->lease(lease);
+      const auto holder = held ? cache::LeaseHolder::parse(held->owner) : std::nullopt;
+      r.message = "another process holds the tuning lease" +
+                  (holder ? " (" + holder->describe(unix_now()) + ")" : std::string());
+      r.seconds = elapsed();
+      return r;
+    }
   }
   if (claim == cache::Store::Claim::Acquired) {
     // Another process may have stored the entry and released the lease between this process's lookup and
@@ -210,10 +226,13 @@ WarmResult tune_under_lease(const CallInfo& call, const cache::TuningKey& key, c
       return r;
     }
   }
+  std::optional<cache::LeaseHeartbeat> heartbeat;
+  if (claim == cache::Store::Claim::Acquired) heartbeat.emplace(user->path(), lease, owner);
   try {
     cache::TuningEntry entry = tune(call, key);
     r.seconds = elapsed();
     store.put_tuning(entry);
+    heartbeat.reset();
     if (claim == cache::Store::Claim::Acquired) user->release(lease, owner);
     counters().tuned++;
     logger().info("tuned {} on {} in {:.2f} s: e{} w{} s{} p{} at {:.1f} us (default {:.1f} us, noise {:.1f} us)",
@@ -222,6 +241,7 @@ WarmResult tune_under_lease(const CallInfo& call, const cache::TuningKey& key, c
     r.outcome = WarmResult::Outcome::Tuned;
     r.entry = std::move(entry);
   } catch (const Error& e) {
+    heartbeat.reset();
     if (claim == cache::Store::Claim::Acquired) user->release(lease, owner);
     r.outcome = WarmResult::Outcome::Failed;
     r.message = e.what();
@@ -252,7 +272,9 @@ LaunchConfig resolve(const CallInfo& call, TunePolicy policy, bool small, bool& 
     return fallback;
   }
 
-  const WarmResult r = tune_under_lease(call, key, *store, env_bytes("GNSILU_TUNE_WAIT_MS", 3000));
+  WaitOptions wait;
+  wait.wait_seconds = static_cast<double>(env_bytes("GNSILU_TUNE_WAIT_MS", 3000)) / 1000.0;
+  const WarmResult r = tune_under_lease(call, key, *store, wait);
   if (r.entry) return r.entry->winner;
   if (r.outcome == WarmResult::Outcome::HeldByOther) {
     logger().info("another process is tuning {}; this process uses the default configuration", key.text());
@@ -363,7 +385,7 @@ void tuning_slice_of(const Geometry& geometry, DType x, DType y, std::vector<int
   }
 }
 
-WarmResult warm_key(const CallInfo& call, bool retune) {
+WarmResult warm_key(const CallInfo& call, bool retune, const WaitOptions& wait) {
   const cache::TuningKey key = tuning_key(call);
   auto store = cache::process_cache();
   if (!retune) {
@@ -375,8 +397,7 @@ WarmResult warm_key(const CallInfo& call, bool retune) {
       return r;
     }
   }
-  // Another process tuning the same key finishes within its 120-second lease.
-  return tune_under_lease(call, key, *store, 130000);
+  return tune_under_lease(call, key, *store, wait);
 }
 
 void clear_config_table() {

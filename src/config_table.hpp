@@ -9,6 +9,8 @@
 //   GNSILU_TUNE_WAIT_MS    how long to wait for another process tuning the same key (default 3000)
 #pragma once
 
+#include <functional>
+
 #include <cuda.h>
 
 #include <atomic>
@@ -64,7 +66,15 @@ struct WarmResult {
 // Makes sure the cache files hold a tuned entry for `call`'s key, whatever its size (gnsilu-tune warm). With
 // `retune` it times the candidates even when an entry exists. Only the tuning slice of x is read: x needs to
 // cover tuning_slice_of()'s shape, not the whole tensor. Throws only for driver failures outside tuning.
-WarmResult warm_key(const CallInfo& call, bool retune);
+// While another live process holds the key's lease, `waiting` (if set) is called about every half second with
+// the holder's description ("pid 1234 on host, since 12 s") and the seconds waited; warm_key waits up to
+// `wait_seconds` for that process's entry, takes the lease over (and tunes) if its holder dies or stops renewing
+// it, and otherwise gives up (HeldByOther).
+struct WaitOptions {
+  double wait_seconds = 600.0;
+  std::function<void(const std::string& holder, double waited)> waiting;
+};
+WarmResult warm_key(const CallInfo& call, bool retune, const WaitOptions& wait = {});
 
 // The shape (and groups) of the part of a tensor the tuner times on this device now (it depends on free
 // device memory). Throws Error(OutOfMemory) when not one group fits the scratch budget.

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cache.hpp"
+#include "lease.hpp"
 #include "store.hpp"
 #include "temp_dir.hpp"
 
@@ -672,6 +673,166 @@ TEST_CASE("leases: one owner at a time, until released or expired") {
   CHECK(s.claim("negative", "c", -1) == Store::Claim::Unavailable);
   CHECK(s.writable());
   CHECK(s.claim("later", "c", 60) == Store::Claim::Acquired);
+}
+
+TEST_CASE("lease holders: identity as text, liveness from this host's processes") {
+  const LeaseHolder me = LeaseHolder::self();
+  CHECK(me.pid == getpid());
+  CHECK(me.start_ticks > 0);
+  CHECK(!me.host.empty());
+  const auto parsed = LeaseHolder::parse(me.text());
+  REQUIRE(parsed);
+  CHECK(parsed->text() == me.text());
+  CHECK(parsed->same_process(me));
+  CHECK(parsed->liveness() == LeaseHolder::Liveness::Alive);
+  for (const char* other : {"me", "a", "host:123:456", "", "host=x;pid=1", "host=x;boot=b;ns=n;pid=z;start=1;thread=t;since=0"})
+    CHECK_FALSE(LeaseHolder::parse(other));
+
+  LeaseHolder reused = me;  // this pid, another start time: a reused pid is not the holder
+  reused.start_ticks += 1;
+  CHECK(reused.liveness() == LeaseHolder::Liveness::Dead);
+  LeaseHolder rebooted = me;
+  rebooted.boot_id = "another-boot";
+  CHECK(rebooted.liveness() == LeaseHolder::Liveness::Dead);
+  LeaseHolder remote = me;
+  remote.host = "another-host";
+  CHECK(remote.liveness() == LeaseHolder::Liveness::Unknown);
+  LeaseHolder container = me;
+  container.pid_ns = "pid:[1]";
+  CHECK(container.liveness() == LeaseHolder::Liveness::Unknown);
+
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) _exit(0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  LeaseHolder gone = me;
+  gone.pid = child;
+  CHECK(gone.liveness() == LeaseHolder::Liveness::Dead);
+  CHECK_FALSE(process_start_ticks(child));
+}
+
+TEST_CASE("leases: a dead holder on this host is taken over at once, a remote one when it stops renewing") {
+  TempDir dir("cache-test");
+  const std::string path = dir.file("l.sqlite");
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    Store s(path, Store::Mode::ReadWrite);
+    const bool ok = s.claim("key", LeaseHolder::self().text(), 3600) == Store::Claim::Acquired;
+    _exit(ok ? 0 : 1);  // dies holding an hour-long lease
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  REQUIRE((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  Store s(path, Store::Mode::ReadWrite);
+  const auto held = s.lease("key");
+  REQUIRE(held);
+  const auto holder = LeaseHolder::parse(held->owner);
+  REQUIRE(holder);
+  CHECK(holder->pid == child);
+  const std::string me = LeaseHolder::self().text();
+  CHECK(s.claim("key", me, 60) == Store::Claim::Acquired);
+  CHECK(LeaseHolder::parse(s.lease("key")->owner)->pid == getpid());
+  // A live holder is respected, whatever its lease's length.
+  LeaseHolder other_thread = LeaseHolder::self();
+  other_thread.thread = "another-thread";
+  CHECK(s.claim("key", other_thread.text(), 60) == Store::Claim::HeldByOther);
+
+  LeaseHolder remote = LeaseHolder::self();  // on "another host": only the expiry tells
+  remote.host = "another-host";
+  remote.pid = 1;
+  CHECK(s.claim("remote", remote.text(), 0.3) == Store::Claim::Acquired);
+  CHECK(s.claim("remote", me, 60) == Store::Claim::HeldByOther);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  CHECK(s.claim("remote", me, 60) == Store::Claim::Acquired);  // not renewed: expired
+
+  CHECK(s.claim("third", me, 60) == Store::Claim::Acquired);
+  CHECK(s.claim("theirs", remote.text(), 60) == Store::Claim::Acquired);
+  CHECK(s.release_process_leases(LeaseHolder::self()) == 3);  // key, remote, third: this process's (any thread)
+  CHECK_FALSE(s.lease("key"));
+  CHECK(s.lease("theirs"));
+  CHECK(kLeaseHeartbeatSeconds * 3 <= kLeaseSeconds);  // a holder misses two renewals before it loses its lease
+}
+
+TEST_CASE("a heartbeat keeps a lease alive past its length, and stops with its owner") {
+  TempDir dir("cache-test");
+  const std::string path = dir.file("beat.sqlite");
+  Store s(path, Store::Mode::ReadWrite);
+  LeaseHolder remote = LeaseHolder::self();  // as a holder on another host: only renewals keep it
+  remote.host = "another-host";
+  const std::string me = LeaseHolder::self().text();
+  REQUIRE(s.claim("k", remote.text(), 0.4) == Store::Claim::Acquired);
+  {
+    LeaseHeartbeat beat(path, "k", remote.text(), 0.1, 0.4);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // three lease lengths
+    CHECK(s.claim("k", me, 60) == Store::Claim::HeldByOther);
+    CHECK(beat.renewals() >= 5);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // no more renewals: it expires
+  CHECK(s.claim("k", me, 60) == Store::Claim::Acquired);
+}
+
+TEST_CASE("processes killed with SIGKILL while claiming, storing and releasing: the file stays whole, the next "
+          "claim is at once") {
+  TempDir dir("cache-test");
+  const std::string path = dir.file("killed.sqlite");
+  { Store s(path, Store::Mode::ReadWrite); }
+  std::mt19937 random(1234);
+  constexpr int kKills = 100;
+  int integrity_failures = 0, bad_entries = 0, slow_claims = 0, unheld = 0;
+  double slowest = 0;
+  for (int i = 0; i < kKills; ++i) {
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      Store s(path, Store::Mode::ReadWrite, 10000);
+      const std::string me = LeaseHolder::self().text();
+      for (int round = 0;; ++round) {  // what a tuning process does, until it is killed
+        const int64_t cpg = 1 + (i * 7 + round) % 50;
+        const std::string lease = key(cpg).text();
+        if (s.claim(lease, me, kLeaseSeconds) == Store::Claim::Acquired) {
+          s.put_tuning(entry(key(cpg), 1 << (round % 5)));
+          s.release(lease, me);
+        }
+        s.claim("held-" + std::to_string(i), me, 3600);  // and one lease it never releases
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 40000)(random)));
+    kill(child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+
+    Store s(path, Store::Mode::ReadWrite);
+    {
+      SQLite::Database db(path, SQLite::OPEN_READONLY);
+      SQLite::Statement q(db, "PRAGMA integrity_check");
+      if (!q.executeStep() || q.getColumn(0).getString() != "ok") integrity_failures++;
+    }
+    for (const auto& e : s.all_tuning()) {  // every entry whole: what the child wrote, field for field
+      const TuningEntry expected = entry(e.key, e.winner.warps);
+      if (e.key.text() != key(e.key.channels_per_group).text() || e.candidates.size() != 3 ||
+          e.tuned_shape != expected.tuned_shape || e.best_us != expected.best_us)
+        bad_entries++;
+    }
+    const std::string held = "held-" + std::to_string(i);
+    if (!s.lease(held)) unheld++;  // killed before its first claim: nothing to take over
+    const auto started = std::chrono::steady_clock::now();
+    const bool got = s.claim(held, LeaseHolder::self().text(), 60) == Store::Claim::Acquired;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    slowest = std::max(slowest, seconds);
+    if (!got || seconds > 2.0) slow_claims++;
+    s.release(held, LeaseHolder::self().text());
+  }
+  MESSAGE(kKills << " kills: " << integrity_failures << " files failed integrity_check, " << bad_entries
+                 << " entries not whole, " << slow_claims << " claims not granted within 2 s (slowest "
+                 << slowest << " s); " << kKills - unheld << " of the killed processes held a lease");
+  CHECK(integrity_failures == 0);
+  CHECK(bad_entries == 0);
+  CHECK(slow_claims == 0);
+  CHECK(kKills - unheld > kKills / 2);  // most were killed while holding one: the takeover was exercised
+  Store s(path, Store::Mode::ReadWrite);
+  CHECK(s.all_tuning().size() > 0);
 }
 
 TEST_CASE("eight processes at once on one file: every write lands, one lease per key") {

@@ -4,7 +4,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -13,6 +17,7 @@
 
 #include <SQLiteCpp/SQLiteCpp.h>
 
+#include "archs.hpp"
 #include "gnsilu/gnsilu.hpp"
 #include "kernels.hpp"
 #include "store.hpp"
@@ -549,4 +554,70 @@ TEST_CASE("a cache file of schema 2 is listed, shown, exported and imported with
   REQUIRE_MESSAGE(r.code == 0, r.err);
   SQLite::Database db(path, SQLite::OPEN_READONLY);
   CHECK(db.execAndGet("PRAGMA user_version").getInt() == kSchemaVersion);
+}
+
+TEST_CASE("--arch takes the spellings users type, and names one it does not understand") {
+  using gnsilu::tune::parse_arch;
+  for (const char* spelling : {"90", "sm_90", "sm90", "SM_90", "compute_90", "9.0"}) {
+    CAPTURE(spelling);
+    CHECK(parse_arch(spelling) == 90);
+  }
+  CHECK(parse_arch("10.0") == 100);
+  CHECK(parse_arch("sm_121") == 121);
+  CHECK(parse_arch("12.1") == 121);
+  CHECK(parse_arch("compute_75") == 75);
+  for (const char* bad : {"", "sm_", "sm_90a", "9", "9.00", "x90", "90.5.1", "-90", "sm_1000"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse_arch(bad));
+  }
+  std::string rejected;
+  CHECK(gnsilu::tune::parse_archs({"sm_90", "90", "10.0"}, rejected) == std::vector<int>{90, 100});
+  CHECK(rejected.empty());
+  CHECK(gnsilu::tune::parse_archs({"sm_90", "hopper"}, rejected).empty());
+  CHECK(rejected == "hopper");
+
+  TempDir dir("tune-cli");
+  const Result r = tune(dir, "compile --arch sm_90,hopper --cache c.sqlite");
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--arch hopper") != std::string::npos);
+  CHECK(r.err.find("sm_90") != std::string::npos);  // the spellings it takes
+  const Result old = tune(dir, "compile --arch compute_70 --cache c.sqlite");
+  CHECK(old.code == 2);
+  CHECK(old.err.find("7.5") != std::string::npos);
+  CHECK(tune(dir, "warm 1x64x8x8 --no-wait --wait 5 --compile-only --arch 9.0 --dtype bf16 --layout nchw --help").code == 0);
+  CHECK(tune(dir, "warm 1x64x8x8 --wait -1 --cache c.sqlite").code == 2);
+}
+
+TEST_CASE("SIGINT and SIGTERM end gnsilu-tune with 130 and 143, the cache file consistent") {
+  TempDir dir("tune-cli");
+  for (int signal : {SIGINT, SIGTERM}) {
+    CAPTURE(signal);
+    const std::string cache = dir.file("interrupted-" + std::to_string(signal) + ".sqlite");
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {  // a long compile (NVRTC for every variant of sm_90), interrupted while it writes kernels
+      setenv("GNSILU_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+      const std::string err = dir.file("stderr-" + std::to_string(signal));
+      if (!freopen(err.c_str(), "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(99);
+      execl(GNSILU_TUNE_BINARY, "gnsilu-tune", "compile", "--arch", "sm_90", "--cache", cache.c_str(),
+            static_cast<char*>(nullptr));
+      _exit(98);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    kill(child, signal);
+    int status = 0;
+    waitpid(child, &status, 0);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 128 + signal);
+    const std::string err = slurp(dir.file("stderr-" + std::to_string(signal)));
+    CHECK(err.find(signal == SIGINT ? "interrupted (SIGINT)" : "interrupted (SIGTERM)") != std::string::npos);
+    CHECK(err.find("released 0 tuning leases") != std::string::npos);
+    SQLite::Database db(cache, SQLite::OPEN_READONLY);
+    SQLite::Statement q(db, "PRAGMA integrity_check");
+    REQUIRE(q.executeStep());
+    CHECK(q.getColumn(0).getString() == "ok");
+    Store s(cache, Store::Mode::ReadOnly);
+    CHECK(s.usable());
+    MESSAGE("interrupted after 2.5 s with " << s.kernel_count() << " kernels in the file");
+  }
 }

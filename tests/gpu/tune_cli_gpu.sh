@@ -63,6 +63,39 @@ grep -q "nhwc" "$out/list.txt" || { echo "FAIL  list shows no nhwc entry"; faile
 "$tune" report "$out/report.svg" --cache "$work/a.sqlite" > /dev/null 2>&1 || failed=1
 # A human-readable warm on a terminal-less pipe: plain progress lines.
 "$tune" warm --preset flux --dtype bf16 --cache "$work/a.sqlite" > "$out/warm-text.txt" 2>&1 || failed=1
+# Killed while tuning (issue 16): 20 warms of one shape on an empty file, each killed with SIGKILL after a random
+# 0.1-1.5 s, then one warm that must tune every key at once (no wait for the dead processes' leases), and SIGINT
+# of a warm that releases its leases (exit 130).
+kill_cache="$work/killed.sqlite"
+for i in $(seq 1 20); do
+  "$tune" warm 4x256x256x256 --dtype fp16,bf16 --cache "$kill_cache" --quiet > /dev/null 2>&1 &
+  pid=$!
+  sleep "$(python3 -c 'import random; print(random.uniform(0.1, 1.5))')"
+  kill -KILL "$pid" 2> /dev/null; wait "$pid" 2> /dev/null
+done
+python3 - "$kill_cache" <<'PY' || failed=1
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+ok = db.execute("PRAGMA integrity_check").fetchone()[0]
+leases = db.execute("SELECT count(*) FROM leases").fetchone()[0]
+entries = db.execute("SELECT count(*) FROM tuning").fetchone()[0]
+print(f"after 20 kills: integrity_check {ok}, {leases} leases left by the dead, {entries} entries")
+sys.exit(0 if ok == "ok" else 1)
+PY
+start=$(date +%s.%N)
+run warm-after-kills "$tune" warm 4x256x256x256 --dtype fp16,bf16 --cache "$kill_cache" --no-wait --json
+t_after=$(python3 -c "import time; print(round(time.time() - $start, 1))")
+check "warm after 20 kills: every key tuned or found at once, none busy ($t_after s)" "$out/warm-after-kills.json" \
+  "j['summary']['failed'] == 0 and j['summary'].get('busy', 0) == 0 and $t_after < 60"
+"$tune" warm 2x512x256x256 --dtype fp16 --retune --cache "$work/sigint.sqlite" --quiet > /dev/null 2> "$out/sigint.txt" &
+pid=$!
+sleep 1.5; kill -INT "$pid"; wait "$pid"; code=$?
+leases=$(python3 -c "import sqlite3; print(sqlite3.connect('$work/sigint.sqlite').execute('SELECT count(*) FROM leases').fetchone()[0])")
+if [ "$code" -eq 130 ] && [ "$leases" -eq 0 ] && grep -q "interrupted (SIGINT)" "$out/sigint.txt"; then
+  echo "ok    SIGINT of warm: exit 130, no lease left"
+else
+  echo "FAIL  SIGINT of warm: exit $code, $leases leases left"; failed=1
+fi
 python3 - "$out" <<'PY'
 import json, sys
 out = sys.argv[1]

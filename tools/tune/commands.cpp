@@ -1,5 +1,7 @@
 #include "commands.hpp"
 
+#include "archs.hpp"
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -161,6 +163,17 @@ json device_json(const GpuSession& gpu) {
   return {{"name", id.name}, {"arch", id.arch}, {"sms", id.sms}, {"memory_mib", id.memory_mib}, {"l2_kib", id.l2_kib}};
 }
 
+// The --arch values as compute capabilities; CliError(kUsage) naming a value not understood.
+std::vector<int> archs_of(const std::vector<std::string>& values) {
+  std::string bad;
+  std::vector<int> archs = parse_archs(values, bad);
+  if (!bad.empty()) {
+    throw CliError(kUsage, "--arch " + bad + ": not an architecture; give it as 90, sm_90, sm90, compute_90 or "
+                                             "9.0 (comma lists too)");
+  }
+  return archs;
+}
+
 int compile_only(const std::vector<int>& archs, const std::vector<KernelForm>& forms, const Common& c,
                  const std::string& reason) {
   for (int a : archs) {
@@ -222,7 +235,7 @@ int run_warm(const WarmOptions& o) {
     // (in the geometry's layout: channels-first where both layouts are the same memory).
     std::vector<KernelForm> forms;
     for (const auto& r : requests) add_unique(forms, {{r.x, r.y}, geometry_of(r).layout, r.activation});
-    const std::vector<int> archs = o.archs.empty() ? std::vector<int>{90} : o.archs;
+    const std::vector<int> archs = o.archs.empty() ? std::vector<int>{90} : archs_of(o.archs);
     const std::string reason =
         o.compile_only ? std::string("compile only: no timing")
                        : "no GPU here (" + why + "): compiling kernels only" +
@@ -235,7 +248,7 @@ int run_warm(const WarmOptions& o) {
   Progress progress(keys, !o.common.quiet && !o.common.json);
   progress.note("warming " + std::to_string(keys) + " tuning keys (" + std::to_string(requests.size()) +
                 " shapes) on " + gpu->info().name + " into " + (path.empty() ? "memory (cache off)" : path));
-  const auto rows = warm(*gpu, requests, o.retune, progress);
+  const auto rows = warm(*gpu, requests, o.retune, o.wait, progress);
   std::map<std::string, int> outcomes;
   for (const auto& r : rows) outcomes[r.outcome]++;
   const auto& k = detail::counters();
@@ -300,7 +313,7 @@ int run_compile(const CompileOptions& o) {
       for (Activation a : activations) add_unique(forms, {p, l, a});
   }
   use_cache_file(cache_path(o.common.cache));
-  std::vector<int> archs = o.archs;
+  std::vector<int> archs = archs_of(o.archs);
   std::string reason;
   if (archs.empty()) {
     std::string why;

@@ -27,13 +27,14 @@ struct WarmOptions {
   PresetOptions preset;
   bool retune = false;
   bool compile_only = false;
-  std::vector<int> archs;
+  std::vector<std::string> archs;  // spellings: 90, sm_90, sm90, compute_90, 9.0 (archs.hpp)
   int device = 0;
+  double wait = 600.0;  // --wait SECONDS: patience with another process tuning the same key (--no-wait: 0)
 };
 
 struct CompileOptions {
   Common common;
-  std::vector<int> archs;
+  std::vector<std::string> archs;  // spellings as for WarmOptions
   std::vector<std::string> dtypes;  // empty: all nine pairs
   std::vector<std::string> layouts{"nchw", "nhwc"};
   std::vector<std::string> activations{"silu", "none"};

@@ -155,7 +155,8 @@ std::vector<WarmRow> keys_of(const GpuSession& gpu, const std::vector<ShapeReque
   return rows;
 }
 
-std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requests, bool retune, Progress& progress) {
+std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requests, bool retune,
+                          double wait_seconds, Progress& progress) {
   std::vector<WarmRow> rows = keys_of(gpu, requests);
   for (auto& row : rows) {
     const ShapeRequest& r = row.request;
@@ -169,7 +170,17 @@ std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requ
       Inputs in;
       make_inputs(gpu, r.shape, r.groups, slice_numel, r.x, r.y, g.layout, r.activation, in);
       const detail::CallInfo call{in.problem, g, gpu.info(), gpu.context(), nullptr, row.path};
-      const detail::WarmResult w = detail::warm_key(call, retune);
+      detail::WaitOptions wait;
+      wait.wait_seconds = wait_seconds;
+      double last_note = -10.0;
+      wait.waiting = [&](const std::string& holder, double waited) {
+        if (waited - last_note < 5.0) return;  // a line every 5 s
+        last_note = waited;
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.0f of %.0f s", waited, wait_seconds);
+        progress.note("waiting for another process tuning " + key_text(row.key) + " (" + holder + "): " + buf);
+      };
+      const detail::WarmResult w = detail::warm_key(call, retune, wait);
       using O = detail::WarmResult::Outcome;
       row.outcome = w.outcome == O::Cached           ? "cached"
                     : w.outcome == O::Tuned          ? "tuned"

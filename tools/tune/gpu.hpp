@@ -44,7 +44,10 @@ struct WarmRow {
 };
 
 // Tunes (or finds cached) every distinct key the requests need on this device, and loads the winners' kernels.
-std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requests, bool retune, Progress& progress);
+// Tunes each request's keys; while another process tunes a key, waits up to `wait_seconds` (0: not at all) and
+// says who it waits for through `progress`.
+std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requests, bool retune,
+                          double wait_seconds, Progress& progress);
 
 // The distinct tuning keys of `requests` on this device (without tuning), in request order.
 std::vector<WarmRow> keys_of(const GpuSession& gpu, const std::vector<ShapeRequest>& requests);

@@ -7,15 +7,45 @@
 //   gnsilu-tune merge out.json a.json b.sqlite  combine caches, keeping the better-measured entries
 //   gnsilu-tune verify | prune | report r.html  re-time winners, drop stale entries, draw every candidate
 #include <CLI/CLI.hpp>
+#include <pthread.h>
+
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 #include "commands.hpp"
 #include "gnsilu/gnsilu.hpp"
+#include "cache.hpp"
+#include "lease.hpp"
 #include "transfer.hpp"
 
 namespace {
 
 using namespace gnsilu::tune;
+
+// SIGINT and SIGTERM are taken by one thread (blocked in all others, which inherit the mask: call this first). It
+// releases the tuning leases this process holds in the user cache file, so that other processes need not wait
+// for them, and exits with 128 + the signal. A write in progress on another thread is a SQLite transaction that
+// is either committed or rolled back when the file is next opened: the file stays consistent.
+void handle_interrupts() {
+  static sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([] {
+    int signal = 0;
+    if (sigwait(&set, &signal) != 0) return;
+    int released = 0;
+    if (gnsilu::cache::Store* user = gnsilu::cache::process_cache()->user(); user != nullptr && user->writable())
+      released = user->release_process_leases(gnsilu::cache::LeaseHolder::self());
+    std::fprintf(stderr, "gnsilu-tune: interrupted (%s); released %d tuning lease%s\n",
+                 signal == SIGINT ? "SIGINT" : "SIGTERM", released, released == 1 ? "" : "s");
+    std::fflush(stdout);
+    std::_Exit(128 + signal);
+  }).detach();
+}
 
 void add_common(CLI::App* sub, Common& c, bool json = true) {
   sub->add_option("--cache", c.cache, "Cache file (default: GNSILU_CACHE, else ~/.cache/gnsilu/cache.sqlite)");
@@ -25,6 +55,7 @@ void add_common(CLI::App* sub, Common& c, bool json = true) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  handle_interrupts();
   CLI::App app("gnsilu-tune " + std::string(gnsilu::version()) +
                ": pre-warm gnsilu's tuning and kernel cache, and carry it between identical machines.");
   app.footer(kExitCodesHelp);
@@ -56,7 +87,11 @@ int main(int argc, char** argv) {
   w->add_option("--part", warm.preset.part, "Preset part: decoder, encoder or both")->capture_default_str();
   w->add_flag("--retune", warm.retune, "Time the candidates again even for keys already cached");
   w->add_flag("--compile-only", warm.compile_only, "Only compile kernels (as without a GPU)");
-  w->add_option("--arch", warm.archs, "Architectures to compile for without a GPU (default 90)")->delimiter(',');
+  w->add_option("--arch", warm.archs, "Architectures to compile for without a GPU: 90, sm_90, sm90, compute_90 or 9.0 "
+                                      "(default 90)")->delimiter(',');
+  w->add_option("--wait", warm.wait, "Seconds to wait for another process tuning the same key")
+      ->capture_default_str()->check(CLI::Range(0.0, 86400.0));
+  w->add_flag_callback("--no-wait", [&warm] { warm.wait = 0; }, "Do not wait for other processes (same as --wait 0)");
   w->add_option("--device", warm.device, "CUDA device ordinal")->capture_default_str();
   w->add_flag("--quiet", warm.common.quiet, "No progress lines");
   add_common(w, warm.common);
@@ -64,7 +99,8 @@ int main(int argc, char** argv) {
   CompileOptions compile;
   auto* c = app.add_subcommand("compile", "Compile every kernel variant into the cache (no GPU needed)");
   c->footer(kExitCodesHelp);
-  c->add_option("--arch", compile.archs, "Compute capabilities like 90,100 (default: this machine's GPU)")
+  c->add_option("--arch", compile.archs,
+                "Architectures: 90, sm_90, sm90, compute_90 or 9.0, comma lists too (default: this machine's GPU)")
       ->delimiter(',');
   c->add_option("--dtype", compile.dtypes, "dtype pairs like bf16 or bf16:fp32 (default: all nine)")->delimiter(',');
   c->add_option("--layout", compile.layouts, "Memory layouts: nchw, nhwc (default nchw,nhwc: both)")->delimiter(',');
