@@ -1,6 +1,9 @@
 #include "store.hpp"
 
 #include <SQLiteCpp/Backup.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <SQLiteCpp/SQLiteCpp.h>
 #include <sqlite3.h>
 
@@ -305,7 +308,18 @@ void Store::open(int busy_timeout_ms) {
     if (mode_ == Mode::ReadWrite) {
       std::error_code ec;
       const auto parent = std::filesystem::path(path_).parent_path();
-      if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+      if (!parent.empty() && !std::filesystem::exists(parent, ec)) {
+        // A new cache folder is the user's alone (0700), whatever the umask; an existing one is left as it is.
+        if (std::filesystem::create_directories(parent, ec)) ::chmod(parent.c_str(), 0700);
+      }
+      if (!std::filesystem::exists(path_, ec)) {
+        // A new file 0600 whatever the umask (SQLite gives its -wal and -shm files the same mode).
+        const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+          ::fchmod(fd, 0600);
+          ::close(fd);
+        }
+      }
       try {
         db_ = std::make_unique<SQLite::Database>(path_, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE, busy_timeout_ms);
       } catch (const SQLite::Exception& e) {
@@ -335,6 +349,7 @@ void Store::open(int busy_timeout_ms) {
                                   : "Check the path in GNSILU_CACHE_SHARED.");
     return;
   }
+  trust_ = cache::code_trust(path_);
   try {
     // One statement, so that the version and the tables come from one snapshot while another process may be
     // creating the file.
@@ -570,6 +585,27 @@ bool Store::remove_tuning(const TuningKey& key) {
 std::optional<KernelImage> Store::find_kernel(const KernelKey& key) {
   std::lock_guard lock(mutex_);
   if (!db_ || health_ == Health::Unusable) return std::nullopt;
+  if (!trust_.trusted) {
+    if (!trust_warned_) {
+      trust_warned_ = true;
+      detail::logger().warn("cache file {}: its compiled kernels are not loaded, because {}: kernels are code that "
+                            "runs in this process, so only a file nobody else could write is trusted for them. Its "
+                            "tuned configurations are used; kernels are compiled again. Fix: chmod go-w the file "
+                            "and its folder (owned by you or root), or set GNSILU_CACHE_TRUST=any if its writers "
+                            "are trusted", path_, trust_.problem);
+    }
+    return std::nullopt;
+  }
+  return read_kernel_locked(key);
+}
+
+std::optional<KernelImage> Store::read_kernel(const KernelKey& key) {
+  std::lock_guard lock(mutex_);
+  if (!db_ || health_ == Health::Unusable) return std::nullopt;
+  return read_kernel_locked(key);
+}
+
+std::optional<KernelImage> Store::read_kernel_locked(const KernelKey& key) {
   try {
     SQLite::Statement q(*db_,
                         "SELECT is_cubin, image, lowered_names, options, nvrtc_version, checksum FROM kernels "

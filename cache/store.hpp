@@ -16,6 +16,7 @@
 
 #include "entries.hpp"
 #include "lease.hpp"
+#include "trust.hpp"
 
 namespace SQLite {
 class Database;
@@ -49,7 +50,13 @@ class Store {
   std::vector<TuningEntry> all_tuning();
   bool remove_tuning(const TuningKey& key);
 
+  // nullopt also for every kernel of a file that fails the trust check (trust.hpp; one warning names the file
+  // and the fix): such kernels are compiled again instead.
   std::optional<KernelImage> find_kernel(const KernelKey& key);
+  // The kernel as stored (its checksum checked), whatever the trust check says: for inspecting a file
+  // (gnsilu-tune verify --kernels), never for loading.
+  std::optional<KernelImage> read_kernel(const KernelKey& key);
+  const CodeTrust& code_trust() const { return trust_; }
   bool put_kernel(const KernelKey& key, const KernelImage& image);
   int64_t kernel_count();
   std::vector<KernelKey> kernel_keys();
@@ -94,6 +101,9 @@ class Store {
   std::string problem_;
   int schema_version_ = 0;
   bool warned_ = false;
+  CodeTrust trust_;             // whether this file's kernels may be loaded (trust.hpp)
+  std::optional<KernelImage> read_kernel_locked(const KernelKey& key);
+  bool trust_warned_ = false;
   bool upgrade_copy_ = false;  // read_upgraded: an older schema is read through an upgraded copy in memory
 };
 

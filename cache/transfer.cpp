@@ -285,12 +285,13 @@ json candidate_json(const CandidateTiming& c) {
           {"samples", c.samples}, {"status", c.status}};
 }
 
-Bundle bundle_of(Store& store, bool with_kernels) {
+Bundle bundle_of(Store& store, bool with_kernels, bool untrusted_kernels) {
   Bundle b;
   b.tuning = store.all_tuning();
   if (with_kernels) {
     for (const auto& key : store.kernel_keys()) {
-      if (auto image = store.find_kernel(key)) b.kernels.push_back({key, std::move(*image)});
+      if (auto image = untrusted_kernels ? store.read_kernel(key) : store.find_kernel(key))
+        b.kernels.push_back({key, std::move(*image)});
     }
   }
   return b;
@@ -336,7 +337,7 @@ Bundle parse_export(std::string_view text, const std::string& what) {
   return b;
 }
 
-Bundle read_bundle(const std::string& path, bool with_kernels) {
+Bundle read_bundle(const std::string& path, bool with_kernels, bool untrusted_kernels) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TransferError(path + ": cannot be opened for reading");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -346,7 +347,7 @@ Bundle read_bundle(const std::string& path, bool with_kernels) {
     // A file of an older schema is read through an upgraded copy in memory: an input is never changed.
     const auto store = Store::read_upgraded(path);
     if (!store->usable()) throw TransferError(path + ": " + store->problem());
-    Bundle b = bundle_of(*store, with_kernels);
+    Bundle b = bundle_of(*store, with_kernels, untrusted_kernels);
     if (!store->usable()) throw TransferError(path + ": " + store->problem());
     return b;
   }

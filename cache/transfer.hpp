@@ -46,11 +46,13 @@ nlohmann::json config_json(const LaunchConfig& config);
 nlohmann::json candidate_json(const CandidateTiming& candidate);
 
 // Everything `store` holds (kernels only when `with_kernels`).
-Bundle bundle_of(Store& store, bool with_kernels);
+// Kernels of a file that fails the trust check (trust.hpp) are left out unless `untrusted_kernels` (for
+// inspecting them: gnsilu-tune verify --kernels).
+Bundle bundle_of(Store& store, bool with_kernels, bool untrusted_kernels = false);
 
 // An export file or a SQLite cache file (told apart by the first bytes; a cache file of an older schema is read
 // through an upgraded copy in memory, Store::read_upgraded). Throws TransferError.
-Bundle read_bundle(const std::string& path, bool with_kernels = true);
+Bundle read_bundle(const std::string& path, bool with_kernels = true, bool untrusted_kernels = false);
 
 // The export format as text, and back (`what` names the source in errors). parse_export throws TransferError
 // for anything that is not a well-formed export of a known version: wrong types, unknown dtypes, layouts or

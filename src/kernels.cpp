@@ -58,6 +58,45 @@ std::string code_name(const Variant& v) {
          std::to_string(v.config.stages) + "-" + layout_name(v.layout) + "-" + activation_name(v.activation);
 }
 
+std::optional<Variant> variant_of_code_name(const std::string& name) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    const auto dash = name.find('-', start);
+    parts.push_back(name.substr(start, dash == std::string::npos ? std::string::npos : dash - start));
+    if (dash == std::string::npos) break;
+    start = dash + 1;
+  }
+  if (parts.size() != 7) return std::nullopt;
+  Variant v;
+  bool x_ok = false, y_ok = false, layout_ok = false, activation_ok = false;
+  for (DType d : {DType::BF16, DType::FP16, DType::FP32}) {
+    if (parts[0] == dtype_name(d)) v.x_dtype = d, x_ok = true;
+    if (parts[1] == dtype_name(d)) v.y_dtype = d, y_ok = true;
+  }
+  for (Layout l : {Layout::ChannelsFirst, Layout::ChannelsLast})
+    if (parts[5] == layout_name(l)) v.layout = l, layout_ok = true;
+  for (Activation a : {Activation::SiLU, Activation::None})
+    if (parts[6] == activation_name(a)) v.activation = a, activation_ok = true;
+  auto number = [](const std::string& part, char prefix, int& out) {
+    if (part.size() < 2 || part[0] != prefix || part.find_first_not_of("0123456789", 1) != std::string::npos ||
+        part.size() > 4)
+      return false;
+    out = std::stoi(part.substr(1));
+    return true;
+  };
+  if (!x_ok || !y_ok || !layout_ok || !activation_ok || !number(parts[2], 'e', v.config.elems_per_load) ||
+      !number(parts[3], 'w', v.config.warps) || !number(parts[4], 's', v.config.stages))
+    return std::nullopt;
+  try {
+    check_config(v.config);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  if (code_name(v) != name) return std::nullopt;
+  return v;
+}
+
 const std::string& code_version() {
   static const std::string version = [] {
     std::string text = kKernelSourceHash;

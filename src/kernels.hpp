@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,6 +40,8 @@ std::string describe(const Variant& variant);
 // What a variant's compiled code is, for the compiled-kernel cache: "bf16-fp16-e16-w8-s1-nhwc-silu"
 // (programs_per_sm is a grid size and does not change the code).
 std::string code_name(const Variant& variant);
+// The inverse of code_name (programs_per_sm left at its default), or nullopt for a name it does not write.
+std::optional<Variant> variant_of_code_name(const std::string& name);
 
 // A version of the compiled code: the kernel sources (SHA-256 at build time), the fixed compile options and
 // the NVRTC version, hashed. Part of every cache key.

@@ -621,3 +621,60 @@ TEST_CASE("SIGINT and SIGTERM end gnsilu-tune with 130 and 143, the cache file c
     MESSAGE("interrupted after 2.5 s with " << s.kernel_count() << " kernels in the file");
   }
 }
+
+TEST_CASE("verify --kernels rebuilds every cached kernel; a kernel replaced with a matching checksum is caught, and "
+          "import --verify-kernels refuses it") {
+  TempDir dir("tune-cli");
+  const gnsilu::detail::Variant variant{gnsilu::DType::BF16, gnsilu::DType::BF16, gnsilu::LaunchConfig{16, 4, 1, 4},
+                                        gnsilu::Layout::ChannelsFirst, gnsilu::Activation::SiLU};
+  REQUIRE(gnsilu::detail::variant_of_code_name(gnsilu::detail::code_name(variant)) == variant);
+  CHECK_FALSE(gnsilu::detail::variant_of_code_name("bf16-bf16-e16-w4-s1-nchw"));
+  CHECK_FALSE(gnsilu::detail::variant_of_code_name("bf16-bf16-e12-w4-s1-nchw-silu"));
+  const auto first = gnsilu::detail::compile_variants(90, std::span(&variant, 1));
+  const auto second = gnsilu::detail::compile_variants(90, std::span(&variant, 1));
+  CHECK(first.image == second.image);  // NVRTC: the same bytes for the same source, options and version
+  const KernelKey key{90, current(), gnsilu::detail::code_name(variant)};
+  auto image_of = [](const gnsilu::detail::CompiledProgram& p) {
+    return KernelImage{p.is_cubin, p.image, p.lowered_names, p.options, ""};
+  };
+  {
+    Store s(dir.file("c.sqlite"), Store::Mode::ReadWrite);
+    REQUIRE(s.put_kernel(key, image_of(first)));
+  }
+  CHECK(tune(dir, "export good.json --cache c.sqlite").code == 0);
+  {
+    Store s(dir.file("c.sqlite"), Store::Mode::ReadWrite);
+    REQUIRE(s.put_kernel({90, "another-version", key.variant}, image_of(first)));
+  }
+  Result ok = tune(dir, "verify --kernels --cache c.sqlite --json");
+  CHECK(ok.code == 0);
+  CHECK(ok.doc()["same"] == 1);
+  CHECK(ok.doc()["other_kernel_version"] == 1);
+  CHECK(tune(dir, "export mixed.json --cache c.sqlite").code == 0);
+  Result unverifiable = tune(dir, "import mixed.json --force --verify-kernels --cache mixed.sqlite");
+  CHECK(unverifiable.code == 4);  // a kernel that cannot be rebuilt here is not taken on trust
+  CHECK(unverifiable.err.find("could not be rebuilt here") != std::string::npos);
+
+  // An attacker's kernel: one byte changed, the checksum written to match (put_kernel computes it).
+  KernelImage evil = image_of(first);
+  evil.image[evil.image.size() / 2] ^= 0x5a;
+  {
+    Store s(dir.file("c.sqlite"), Store::Mode::ReadWrite);
+    REQUIRE(s.put_kernel(key, evil));
+    REQUIRE(s.find_kernel(key));  // the checksum does not see it
+  }
+  Result caught = tune(dir, "verify --kernels --cache c.sqlite");
+  CHECK(caught.code == 7);
+  CHECK(caught.out.find("differs  sm_90 " + key.variant) != std::string::npos);
+  CHECK(tune(dir, "export evil.json --cache c.sqlite").code == 0);
+  Result refused = tune(dir, "import evil.json --force --verify-kernels --cache into.sqlite");
+  CHECK(refused.code == 7);
+  CHECK(refused.err.find("differ from their rebuild") != std::string::npos);
+  CHECK(!fs::exists(dir.file("into.sqlite")));  // nothing imported
+  Result good = tune(dir, "import good.json --force --verify-kernels --cache into.sqlite --json");
+  CHECK(good.code == 0);
+  CHECK(good.doc()["kernels_added"] == 1);
+  Result plain = tune(dir, "import evil.json --force --no-kernels --cache tuning-only.sqlite");
+  CHECK(plain.code == 0);
+  CHECK(Store(dir.file("tuning-only.sqlite"), Store::Mode::ReadOnly).kernel_count() == 0);
+}

@@ -427,6 +427,51 @@ cache::Bundle read_input(const std::string& file, bool with_kernels) {
   }
 }
 
+// A cached kernel against its rebuild: NVRTC gives the same bytes for the same source, options and NVRTC
+// version (the code version holds all three), so any difference means the bytes were not made by this source.
+struct KernelCheck {
+  cache::KernelKey key;
+  std::string status;  // "same", "differs", "other kernel version", "unknown variant", "compile failed: ..."
+};
+
+KernelCheck check_kernel(const cache::KernelRecord& k) {
+  KernelCheck c{k.key, ""};
+  if (k.key.code_version != detail::code_version()) {
+    c.status = "other kernel version";
+    return c;
+  }
+  const auto variant = detail::variant_of_code_name(k.key.variant);
+  if (!variant) {
+    c.status = "unknown variant";
+    return c;
+  }
+  try {
+    const auto rebuilt = detail::compile_variants(k.key.arch, std::span<const detail::Variant>(&*variant, 1));
+    const bool same = rebuilt.is_cubin == k.image.is_cubin && rebuilt.image == k.image.image &&
+                      rebuilt.lowered_names == k.image.lowered_names;
+    c.status = same ? "same" : "differs";
+  } catch (const std::exception& e) {
+    c.status = std::string("compile failed: ") + e.what();
+  }
+  return c;
+}
+
+std::vector<KernelCheck> check_kernels(const std::vector<cache::KernelRecord>& kernels, const Common& common) {
+  Progress progress(kernels.size(), !common.quiet && !common.json);
+  std::vector<KernelCheck> checks;
+  for (const auto& k : kernels) {
+    checks.push_back(check_kernel(k));
+    progress.step(checks.back().status + "  sm_" + std::to_string(k.key.arch) + " " + k.key.variant);
+  }
+  return checks;
+}
+
+int count_status(const std::vector<KernelCheck>& checks, const std::string& status) {
+  int n = 0;
+  for (const auto& c : checks) n += c.status == status;
+  return n;
+}
+
 json report_json(const cache::MergeReport& r) {
   json conflicts = json::array();
   for (const auto& c : r.conflicts) {
@@ -487,6 +532,23 @@ int run_import(const TransferOptions& o) {
     for (auto& e : refused.tuning) bundle.tuning.push_back(std::move(e));
     for (auto& k : refused.kernels) bundle.kernels.push_back(std::move(k));
     refused = {};
+  }
+  if (o.verify_kernels && !bundle.kernels.empty()) {
+    const auto checks = check_kernels(bundle.kernels, o.common);
+    const int differ = count_status(checks, "differs");
+    const int unchecked = static_cast<int>(checks.size()) - differ - count_status(checks, "same");
+    if (differ > 0 || unchecked > 0) {
+      std::string first;
+      for (const auto& c : checks)
+        if (c.status != "same" && first.empty()) first = "sm_" + std::to_string(c.key.arch) + " " + c.key.variant + ": " + c.status;
+      throw CliError(differ > 0 ? kKernelDiffers : kRefused,
+                     o.file + ": " + std::to_string(differ) + " of " + std::to_string(checks.size()) +
+                         " kernels differ from their rebuild and " + std::to_string(unchecked) +
+                         " could not be rebuilt here (" + first + "). Nothing imported; --no-kernels imports the "
+                         "tuned entries alone");
+    }
+    if (!o.common.json && !o.common.quiet)
+      std::printf("verified %zu kernels: each the same bytes as its rebuild\n", checks.size());
   }
   const std::string path = cache_path(o.common.cache);
   auto store = open_for_writing(path);
@@ -558,7 +620,37 @@ int run_merge(const TransferOptions& o) {
   return kOk;
 }
 
+int run_verify_kernels(const VerifyOptions& o) {
+  const std::string path = cache_path(o.common.cache);
+  if (path.empty() || !file_exists(path)) throw CliError(kBadInput, "no cache file to verify (" + path + ")");
+  cache::Bundle bundle;
+  try {
+    bundle = cache::read_bundle(path, true, true);  // every kernel, whatever the trust check says
+  } catch (const cache::TransferError& e) {
+    throw CliError(kBadInput, e.what());
+  }
+  const auto checks = check_kernels(bundle.kernels, o.common);
+  const int same = count_status(checks, "same"), differ = count_status(checks, "differs");
+  const int other = count_status(checks, "other kernel version");
+  const int failed = static_cast<int>(checks.size()) - same - differ - other;
+  if (o.common.json) {
+    json list = json::array();
+    for (const auto& c : checks)
+      list.push_back({{"arch", c.key.arch}, {"code_version", c.key.code_version}, {"variant", c.key.variant},
+                      {"status", c.status}});
+    print_json({{"cache", path}, {"kernels", list}, {"same", same}, {"differ", differ},
+                {"other_kernel_version", other}, {"not_rebuilt", failed}});
+  } else {
+    for (const auto& c : checks)
+      if (c.status != "same") std::printf("%s  sm_%d %s\n", c.status.c_str(), c.key.arch, c.key.variant.c_str());
+    std::printf("%zu kernels in %s: %d the same bytes as their rebuild, %d differ, %d of another kernel version "
+                "(not rebuilt), %d could not be rebuilt\n", checks.size(), path.c_str(), same, differ, other, failed);
+  }
+  return differ > 0 ? kKernelDiffers : failed > 0 ? kFailed : kOk;
+}
+
 int run_verify(const VerifyOptions& o) {
+  if (o.kernels) return run_verify_kernels(o);
   if (o.samples < 3) throw CliError(kUsage, "--samples must be at least 3");
   if (!(o.tolerance > 0)) throw CliError(kUsage, "--tolerance must be positive");
   const std::string path = cache_path(o.common.cache);

@@ -54,6 +54,7 @@ struct TransferOptions {
   bool force = false;
   bool skip_mismatched = false;
   bool dry_run = false;
+  bool verify_kernels = false;  // import --verify-kernels: rebuild every kernel first, refuse on a difference
   int device = 0;
 };
 
@@ -62,6 +63,7 @@ struct VerifyOptions {
   double tolerance = 0.10;
   int samples = 25;
   bool strict = false;
+  bool kernels = false;  // --kernels: rebuild every cached kernel with NVRTC and compare bytes (no GPU)
   int device = 0;
 };
 

@@ -138,7 +138,9 @@ int main(int argc, char** argv) {
   i->add_flag("--force", imp.force, "Import mismatching entries too (and import without a GPU to check against)");
   i->add_flag("--skip-mismatched", imp.skip_mismatched, "Import the entries that fit, skip the others");
   i->add_flag("--dry-run", imp.dry_run, "Report what would change, change nothing");
-  i->add_flag("--no-kernels", imp.no_kernels, "Leave the compiled kernels out");
+  i->add_flag("--no-kernels", imp.no_kernels, "Leave the compiled kernels out (import the tuned entries alone)");
+  i->add_flag("--verify-kernels", imp.verify_kernels,
+              "Rebuild every kernel with NVRTC first; import nothing if one differs (exit 7)");
   i->add_option("--device", imp.device, "CUDA device ordinal to check against")->capture_default_str();
   add_common(i, imp.common);
 
@@ -159,6 +161,9 @@ int main(int argc, char** argv) {
   v->add_option("--tolerance", verify.tolerance, "Drift reported beyond this fraction")->capture_default_str();
   v->add_option("--samples", verify.samples, "Timed runs of the winner and of the default")->capture_default_str();
   v->add_flag("--strict", verify.strict, "Exit 6 when an entry drifted beyond the tolerance");
+  v->add_flag("--kernels", verify.kernels,
+              "Instead: rebuild every cached kernel with NVRTC and compare its bytes (exit 7 when one differs; no "
+              "GPU needed)");
   v->add_option("--device", verify.device, "CUDA device ordinal")->capture_default_str();
   v->add_flag("--quiet", verify.common.quiet, "No progress lines");
   add_common(v, verify.common);

@@ -23,13 +23,15 @@ enum Exit : int {
   kRefused = 4,    // import refused: device or kernel version mismatch (see --force / --skip-mismatched)
   kNoGpu = 5,      // the command needs a GPU and there is none
   kDrift = 6,      // verify --strict: a cached winner's time moved by more than the tolerance
+  kKernelDiffers = 7,  // verify --kernels / import --verify-kernels: a kernel's bytes differ from its rebuild
   // 130 / 143: interrupted by SIGINT / SIGTERM (128 + the signal), after releasing this process's tuning leases
 };
 
 constexpr const char* kExitCodesHelp =
     "Exit codes: 0 success, 1 GPU/driver/compiler failure or a key not tuned, 2 bad arguments, 3 unreadable or "
     "unusable input or cache file, 4 import refused (device or kernel version mismatch), 5 no GPU, 6 drift "
-    "beyond the tolerance (verify --strict), 130 / 143 interrupted by SIGINT / SIGTERM (its tuning leases released, "
+    "beyond the tolerance (verify --strict), 7 a cached kernel differs from its rebuild (verify --kernels, import "
+    "--verify-kernels), 130 / 143 interrupted by SIGINT / SIGTERM (its tuning leases released, "
     "the cache file consistent).";
 
 // A failure that ends the command with `code` and one line on stderr.
