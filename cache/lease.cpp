@@ -61,9 +61,9 @@ std::optional<uint64_t> process_start_ticks(int64_t pid) {
 LeaseHolder LeaseHolder::self() {
   static const LeaseHolder process = [] {
     LeaseHolder h;
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    h.host = clean(host);
+    char name[256] = {};
+    gethostname(name, sizeof name - 1);
+    h.host = clean(name);
     h.boot_id = clean(first_line("/proc/sys/kernel/random/boot_id"));
     h.pid_ns = clean(link_target("/proc/self/ns/pid"));
     h.pid = getpid();
