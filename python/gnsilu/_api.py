@@ -307,11 +307,12 @@ def _raw_stream(torch):
     return lambda index: torch.cuda.current_stream(index).cuda_stream
 
 
-def torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dtype):
+def torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dtype, key=None):
     """y of group_norm(x, num_groups, weight, bias, eps, activation code, out_dtype) with out=None through the fast
     path, or None where it does not apply (a key not run before, inputs that require grad in grad mode): then the
-    checked path must be taken."""
-    key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype)
+    checked path must be taken. `key`: the call's _fast_key when the caller has it already."""
+    if key is None:
+        key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype)
     entry = _fast_calls.get(key) if key is not None else None
     if entry is None or (torch.is_grad_enabled() and (
             x.requires_grad or (weight is not None and weight.requires_grad)
@@ -339,10 +340,10 @@ def torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dty
 def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out):
     key = None
     if out is None:
-        y = torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dtype)
+        key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype)
+        y = torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dtype, key)
         if y is not None:
             return y
-        key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype)
     if not x.is_cuda:
         raise invalid_argument("x", f"must be a CUDA tensor, got one on {x.device}")
     x_code = _torch_code(torch, x, "x")

@@ -133,15 +133,14 @@ def library():
 
 def call(name, *args):
     """Calls a gnsilu_status function of the C API; raises the matching gnsilu.Error when it fails."""
-    cdll = library()[0]
-    status = getattr(cdll, name)(*args)
+    status = getattr(library()[0], name)(*args)
     if status != 0:
-        # The message is thread-local in the library and this thread made the call, so it is this call's.
-        raise error_for_status(status, cdll.gnsilu_last_error().decode(errors="replace"))
+        raise_for_status(status)
 
 
 def raise_for_status(status):
-    """Raises the gnsilu.Error of a failed call's status, with this thread's gnsilu_last_error()."""
+    """Raises the gnsilu.Error of a failed call's status, with this thread's gnsilu_last_error() (the message is
+    thread-local in the library and this thread made the call, so it is that call's)."""
     raise error_for_status(status, library()[0].gnsilu_last_error().decode(errors="replace"))
 
 
