@@ -63,6 +63,19 @@ grep -q "nhwc" "$out/list.txt" || { echo "FAIL  list shows no nhwc entry"; faile
 "$tune" report "$out/report.svg" --cache "$work/a.sqlite" > /dev/null 2>&1 || failed=1
 # A human-readable warm on a terminal-less pipe: plain progress lines.
 "$tune" warm --preset flux --dtype bf16 --cache "$work/a.sqlite" > "$out/warm-text.txt" 2>&1 || failed=1
+# Trust (issue 18): a group-writable copy of the warm cache gives its tuned entries but its kernels are compiled
+# again, with one warning; GNSILU_CACHE_TRUST=any loads them; verify --kernels rebuilds every kernel identically.
+cp "$work/a.sqlite" "$work/shared.sqlite"; chmod 664 "$work/shared.sqlite"
+run warm-untrusted "$tune" warm --preset flux --cache "$work/shared.sqlite" --json
+check "warm on a group-writable file: every key cached, nothing tuned, kernels compiled again" "$out/warm-untrusted.json" \
+  "j['summary']['cached'] == j['summary']['keys'] and j['summary']['tuned'] == 0 and j['summary']['compiled'] > 0"
+n=$(grep -c "its compiled kernels are not loaded" "$out/warm-untrusted.log")
+[ "$n" -eq 1 ] && echo "ok    one trust warning" || { echo "FAIL  $n trust warnings"; failed=1; }
+run warm-trust-any env GNSILU_CACHE_TRUST=any "$tune" warm --preset flux --cache "$work/shared.sqlite" --json
+check "GNSILU_CACHE_TRUST=any: kernels loaded from the group-writable file, NVRTC ran 0 times" "$out/warm-trust-any.json" \
+  "j['summary']['cached'] == j['summary']['keys'] and j['summary']['compiled'] == 0"
+run verify-kernels "$tune" verify --kernels --cache "$work/a.sqlite" --json
+check "verify --kernels: every cached kernel rebuilt byte for byte" "$out/verify-kernels.json" "True"
 # Killed while tuning (issue 16): 20 warms of one shape on an empty file, each killed with SIGKILL after a random
 # 0.1-1.5 s, then one warm that must tune every key at once (no wait for the dead processes' leases), and SIGINT
 # of a warm that releases its leases (exit 130).
