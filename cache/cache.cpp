@@ -1,4 +1,4 @@
-#include "cache.hpp"
+#include "cache/cache.hpp"
 
 #include <algorithm>
 #include <cstdlib>

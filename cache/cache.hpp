@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "entries.hpp"
-#include "store.hpp"
+#include "cache/entries.hpp"
+#include "cache/store.hpp"
 
 namespace gnsilu::cache {
 

@@ -1,4 +1,4 @@
-#include "entries.hpp"
+#include "cache/entries.hpp"
 
 #include <cstdio>
 #include <string>

@@ -1,4 +1,4 @@
-#include "lease.hpp"
+#include "cache/lease.hpp"
 
 #include <unistd.h>
 
@@ -23,10 +23,6 @@ std::string link_target(const char* path) {
   char buffer[256] = {};
   const ssize_t n = readlink(path, buffer, sizeof buffer - 1);
   return n > 0 ? std::string(buffer, static_cast<std::size_t>(n)) : std::string();
-}
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // Fields may not hold the separators of text(); host names and the kernel's strings never do.
@@ -129,6 +125,15 @@ LeaseHolder::Liveness LeaseHolder::liveness() const {
 bool LeaseHolder::same_process(const LeaseHolder& other) const {
   return host == other.host && boot_id == other.boot_id && pid_ns == other.pid_ns && pid == other.pid &&
          start_ticks == other.start_ticks;
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string describe_owner(const std::string& owner, double now) {
+  const auto holder = LeaseHolder::parse(owner);
+  return holder ? holder->describe(now) : owner;
 }
 
 std::string LeaseHolder::describe(double now) const {

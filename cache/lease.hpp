@@ -41,6 +41,12 @@ struct LeaseHolder {
   std::string describe(double now) const;
 };
 
+// "pid 1234 on host, since 12 s" for a lease's owner column as stored; the column itself when it is in another form.
+std::string describe_owner(const std::string& owner, double now);
+
+// Seconds since the Unix epoch (the clock of leases' since and expiry columns).
+double unix_now();
+
 // The start time of process `pid` on this machine (field 22 of /proc/<pid>/stat), or nullopt where it does not run.
 std::optional<uint64_t> process_start_ticks(int64_t pid);
 

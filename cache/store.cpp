@@ -1,4 +1,4 @@
-#include "store.hpp"
+#include "cache/store.hpp"
 
 #include <SQLiteCpp/Backup.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "log.hpp"
+#include "base/log.hpp"
 
 namespace gnsilu::cache {
 namespace {
@@ -701,7 +701,7 @@ Store::Claim Store::claim(const std::string& key, const std::string& owner, doub
   Claim result = Claim::Unavailable;
   // A NaN would be stored as NULL and fail the NOT NULL constraint, and a failed write leaves the store read-only.
   if (!(seconds >= 0.0 && seconds <= 86400.0)) return result;
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = unix_now();
   run_write("a tuning lease", [&] {
     SQLite::Statement q(*db_, "SELECT owner, expires_at FROM leases WHERE key = ?");
     q.bind(1, key);

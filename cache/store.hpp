@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "entries.hpp"
-#include "lease.hpp"
-#include "trust.hpp"
+#include "cache/entries.hpp"
+#include "cache/lease.hpp"
+#include "cache/trust.hpp"
 
 namespace SQLite {
 class Database;

@@ -1,4 +1,4 @@
-#include "transfer.hpp"
+#include "cache/transfer.hpp"
 
 #include <unistd.h>
 
@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "kernels.hpp"
-#include "store.hpp"
+#include "base/launch_config.hpp"
+#include "cache/store.hpp"
 
 namespace gnsilu::cache {
 namespace {

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "entries.hpp"
+#include "cache/entries.hpp"
 
 namespace gnsilu::cache {
 

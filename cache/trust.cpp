@@ -1,4 +1,4 @@
-#include "trust.hpp"
+#include "cache/trust.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>

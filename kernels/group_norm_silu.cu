@@ -42,7 +42,6 @@ namespace kernel {
 
 using namespace gnsilu::math;
 
-constexpr int kFusedMaxChunks = 64;
 // Blocks per multiprocessor the compiler must allow: at least 512 threads, so at most 128 registers a thread.
 // Without it, ptxas for some architectures (sm_120) picks a 64-register cap and spills.
 template <int WARPS>
@@ -50,8 +49,6 @@ constexpr int kMinBlocks = WARPS >= 16 ? 1 : 16 / WARPS;
 // The fused kernel holds a chunk and the SiLU at once: at least 256 threads (up to 255 registers a thread).
 template <int WARPS>
 constexpr int kMinBlocksFused = WARPS >= 8 ? 1 : 8 / WARPS;
-constexpr int kFusedMaxChannels = 256;
-
 struct alignas(16) Raw16 {
   u32 a, b, c, d;
 };

@@ -30,17 +30,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config_table.hpp"
-#include "device.hpp"
-#include "driver.hpp"
-#include "entries.hpp"
-#include "errors.hpp"
+#include "tuning/config_table.hpp"
+#include "base/device.hpp"
+#include "base/driver.hpp"
+#include "cache/entries.hpp"
+#include "base/errors.hpp"
 #include "gnsilu/gnsilu.hpp"
-#include "gnsilu_math.cuh"
-#include "kernels.hpp"
-#include "modules.hpp"
-#include "plan.hpp"
-#include "tuner.hpp"
+#include "kernels/gnsilu_math.cuh"
+#include "runtime/kernels.hpp"
+#include "runtime/modules.hpp"
+#include "runtime/plan.hpp"
+#include "tuning/tuner.hpp"
 
 namespace {
 
@@ -260,11 +260,6 @@ gnsilu::Problem problem_over(const Buffer& x, const Buffer& y, DType dtype, cons
   return p;
 }
 
-std::string config_text(const LaunchConfig& c) {
-  return "e" + std::to_string(c.elems_per_load) + " w" + std::to_string(c.warps) + " s" + std::to_string(c.stages) +
-         " p" + std::to_string(c.programs_per_sm);
-}
-
 int run_shapes(const Args& a) {
   const gd::DeviceInfo& dev = setup_device();
   std::printf("GPU: %s (sm_%d, %d SMs, L2 %d MiB); median of %d runs, L2 flushed before each\n", dev.name.c_str(),
@@ -323,7 +318,7 @@ int run_shapes(const Args& a) {
         o.config = c;
         o.path = path;
         const double t = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream, {}, o); });
-        candidates.push_back({{"config", config_text(c)}, {"path", gnsilu::path_name(path)}, {"us", t}});
+        candidates.push_back({{"config", gd::to_string(c)}, {"path", gnsilu::path_name(path)}, {"us", t}});
         if (t < fastest) {
           fastest = t;
           fastest_config = c;
@@ -336,7 +331,7 @@ int run_shapes(const Args& a) {
         }
       }
       path_best[gnsilu::path_name(path)] = fastest;
-      path_best_config[gnsilu::path_name(path)] = config_text(fastest_config);
+      path_best_config[gnsilu::path_name(path)] = gd::to_string(fastest_config);
     }
     std::string others;
     for (const auto& [name, us] : path_best) {
@@ -356,7 +351,7 @@ int run_shapes(const Args& a) {
     char line[512];
     std::snprintf(line, sizeof line, "%-18s %-5s %-7s %7.1f %8.1f %9.1f %6.2fx %9.1f %9.1f %-14s %7.0f %-8s %s%s",
                   shape_text(shape).c_str(), gnsilu::dtype_name(dtype), kind.c_str(), bytes / 1048576.0, copy, app,
-                  app / copy, def, best, config_text(best_config).c_str(), gbps, path.c_str(), others.c_str(),
+                  app / copy, def, best, gd::to_string(best_config).c_str(), gbps, path.c_str(), others.c_str(),
                   tuned_now ? " (tuned now)" : "");
     lines.push_back(line);
     std::printf("%s\n", line);
@@ -364,7 +359,7 @@ int run_shapes(const Args& a) {
     rows.push_back({{"shape", shape_text(shape)}, {"dtype", gnsilu::dtype_name(dtype)}, {"groups", a.groups},
                     {"layout", gnsilu::layout_name(layout)}, {"activation", gnsilu::activation_name(activation)},
                     {"mib", bytes / 1048576.0}, {"copy_us", copy}, {"gnsilu_us", app}, {"ratio_to_copy", app / copy},
-                    {"default_us", def}, {"best_by_hand_us", best}, {"best_by_hand", config_text(best_config)},
+                    {"default_us", def}, {"best_by_hand_us", best}, {"best_by_hand", gd::to_string(best_config)},
                     {"gnsilu_gbps_x_plus_y", gbps}, {"path", path}, {"tuned_in_this_run", tuned_now},
                     {"first_call_s", first_call_s}, {"best_by_hand_per_path_us", path_best},
                     {"candidates", candidates}});

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "driver.hpp"
+#include "base/driver.hpp"
 #include "gnsilu/gnsilu.hpp"
 
 namespace testing {

@@ -19,15 +19,15 @@
 #include <thread>
 #include <vector>
 
-#include "cache.hpp"
-#include "compiler.hpp"
-#include "config_table.hpp"
-#include "device.hpp"
-#include "driver.hpp"
-#include "errors.hpp"
-#include "kernels.hpp"
-#include "modules.hpp"
-#include "plan.hpp"
+#include "cache/cache.hpp"
+#include "runtime/compiler.hpp"
+#include "tuning/config_table.hpp"
+#include "base/device.hpp"
+#include "base/driver.hpp"
+#include "base/errors.hpp"
+#include "runtime/kernels.hpp"
+#include "runtime/modules.hpp"
+#include "runtime/plan.hpp"
 #include "skip.hpp"
 #include "support.hpp"
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "driver.hpp"
-#include "errors.hpp"
+#include "base/driver.hpp"
+#include "base/errors.hpp"
 #include "skip.hpp"
 #include "support.hpp"
 

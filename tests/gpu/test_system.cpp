@@ -18,14 +18,14 @@
 #include <thread>
 #include <vector>
 
-#include "cache.hpp"
-#include "config_table.hpp"
-#include "device.hpp"
-#include "driver.hpp"
-#include "errors.hpp"
-#include "faults.hpp"
-#include "modules.hpp"
-#include "store.hpp"
+#include "cache/cache.hpp"
+#include "tuning/config_table.hpp"
+#include "base/device.hpp"
+#include "base/driver.hpp"
+#include "base/errors.hpp"
+#include "base/faults.hpp"
+#include "runtime/modules.hpp"
+#include "cache/store.hpp"
 #include "skip.hpp"
 #include "support.hpp"
 

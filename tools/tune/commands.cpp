@@ -10,14 +10,14 @@
 #include <fstream>
 #include <set>
 
-#include "cache.hpp"
-#include "config_table.hpp"
+#include "cache/cache.hpp"
+#include "tuning/config_table.hpp"
 #include "gpu.hpp"
-#include "kernels.hpp"
-#include "plan.hpp"
+#include "runtime/kernels.hpp"
+#include "runtime/plan.hpp"
 #include "report.hpp"
-#include "store.hpp"
-#include "transfer.hpp"
+#include "cache/store.hpp"
+#include "cache/transfer.hpp"
 
 namespace gnsilu::tune {
 namespace {

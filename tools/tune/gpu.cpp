@@ -9,15 +9,15 @@
 #include <random>
 #include <thread>
 
-#include "config_table.hpp"
-#include "driver.hpp"
-#include "errors.hpp"
-#include "gnsilu_math.cuh"
-#include "kernels.hpp"
-#include "modules.hpp"
-#include "plan.hpp"
-#include "tuner.hpp"
-#include "workspace.hpp"
+#include "tuning/config_table.hpp"
+#include "base/driver.hpp"
+#include "base/errors.hpp"
+#include "kernels/gnsilu_math.cuh"
+#include "runtime/kernels.hpp"
+#include "runtime/modules.hpp"
+#include "runtime/plan.hpp"
+#include "tuning/tuner.hpp"
+#include "runtime/workspace.hpp"
 
 namespace gnsilu::tune {
 namespace {
@@ -169,7 +169,7 @@ std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requ
       for (auto d : slice) slice_numel *= d;
       Inputs in;
       make_inputs(gpu, r.shape, r.groups, slice_numel, r.x, r.y, g.layout, r.activation, in);
-      const detail::CallInfo call{in.problem, g, gpu.info(), gpu.context(), nullptr, row.path};
+      const detail::Call call{in.problem, g, gpu.info(), gpu.context(), nullptr, row.path};
       detail::WaitOptions wait;
       wait.wait_seconds = wait_seconds;
       double last_note = -10.0;
@@ -276,7 +276,7 @@ std::vector<VerifyRow> verify(GpuSession& gpu, const std::vector<cache::TuningEn
       Inputs in;
       make_inputs(gpu, shape, groups, g.numel, e.key.x_dtype, e.key.y_dtype, e.key.layout, e.key.activation, in);
       const LaunchConfig fallback = default_config(path);
-      detail::GpuBackend backend(in.problem, g, gpu.info(), gpu.context(), nullptr, path, fallback);
+      detail::GpuBackend backend(detail::Call{in.problem, g, gpu.info(), gpu.context(), nullptr, path}, fallback);
       backend.prepare(e.winner);
       backend.prepare(fallback);
       for (int i = 0; i < 2; ++i) {

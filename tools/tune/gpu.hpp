@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "device.hpp"
+#include "base/device.hpp"
 #include "tune.hpp"
 
 namespace gnsilu::tune {

@@ -16,9 +16,9 @@
 
 #include "commands.hpp"
 #include "gnsilu/gnsilu.hpp"
-#include "cache.hpp"
-#include "lease.hpp"
-#include "transfer.hpp"
+#include "cache/cache.hpp"
+#include "cache/lease.hpp"
+#include "cache/transfer.hpp"
 
 namespace {
 

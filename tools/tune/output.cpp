@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "cache.hpp"
+#include "cache/cache.hpp"
 #include "tune.hpp"
 
 namespace gnsilu::tune {

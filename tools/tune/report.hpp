@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "entries.hpp"
+#include "cache/entries.hpp"
 
 namespace gnsilu::tune {
 

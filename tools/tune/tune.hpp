@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "entries.hpp"
+#include "cache/entries.hpp"
 #include "gnsilu/gnsilu.hpp"
-#include "plan.hpp"
+#include "runtime/plan.hpp"
 
 namespace gnsilu::tune {
 

@@ -1,0 +1,25 @@
+#include "base/log.hpp"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+
+#include <cstdlib>
+#include <memory>
+
+namespace gnsilu::detail {
+
+spdlog::logger& logger() {
+  static spdlog::logger* instance = [] {
+    auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    auto* l = new spdlog::logger("gnsilu", sink);  // never destroyed: usable during static destruction
+    l->set_pattern("[gnsilu %^%l%$] %v");
+    spdlog::level::level_enum level = spdlog::level::warn;
+    if (const char* env = std::getenv("GNSILU_LOG_LEVEL"); env != nullptr && *env != '\0') {
+      level = spdlog::level::from_str(env);
+    }
+    l->set_level(level);
+    return l;
+  }();
+  return *instance;
+}
+
+}  // namespace gnsilu::detail

@@ -1,0 +1,38 @@
+// Compiled kernels in memory: NVRTC output per (architecture, variant), loaded as a CUmodule per (context,
+// variant). A variant compiles once per process and architecture; a new shape compiles nothing.
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+
+#include "base/device.hpp"
+#include "runtime/kernels.hpp"
+
+namespace gnsilu::detail {
+
+// The most dynamic shared memory a chunk_stats launch may ask for (plan.hpp: stats_shared_bytes).
+constexpr int kMaxStatsSharedBytes = 64 * 1024;
+
+// A loaded module and its four kernels. Owns the CUmodule (unloaded in its context on destruction).
+class LoadedModule {
+ public:
+  LoadedModule(CUcontext context, const CompiledProgram& program, std::size_t first_name);
+  ~LoadedModule();
+  LoadedModule(const LoadedModule&) = delete;
+  LoadedModule& operator=(const LoadedModule&) = delete;
+  CUfunction kernel(KernelIndex k) const { return functions_[k]; }
+
+ private:
+  CUcontext context_ = nullptr;
+  CUmodule module_ = nullptr;
+  std::array<CUfunction, kKernelCount> functions_{};
+};
+
+// The kernels of `variant` in `context` (compiled for `device` and loaded on first use). Thread-safe.
+const LoadedModule& kernels_for(CUcontext context, const DeviceInfo& device, const Variant& variant);
+
+// The compiled program of `variant` for `arch` (compiled on first use, kept for the process).
+const CompiledProgram& compiled_for(int arch, const Variant& variant);
+
+}  // namespace gnsilu::detail

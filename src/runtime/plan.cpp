@@ -1,0 +1,222 @@
+#include "runtime/plan.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <string>
+
+#include "base/errors.hpp"
+#include "kernels/gnsilu_math.cuh"
+#include "runtime/kernels.hpp"
+
+namespace gnsilu::detail {
+namespace {
+
+constexpr std::size_t kAlign = 256;
+// Up to this many elements the single launch wins whenever it is eligible (launch latency dominates): on the
+// H200, 1x512x32x32 bf16 ran 13.7 us fused and 14.3 us split, 1x512x64x64 31.5 us fused and 18.3 us split.
+constexpr int64_t kFusedSmallElements = int64_t{1} << 20;
+// Channels-last statistics tiles: bytes of channels per pixel a tile holds, the widest that divides a pixel's
+// bytes (1024 pixels of it in shared memory: 32 KiB for the default).
+constexpr int kTileSliceBytes[] = {32, 16};
+
+std::atomic<int> forced_slice_bytes{0};
+
+std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+bool aligned(std::uintptr_t address, std::size_t bytes) { return address % bytes == 0; }
+
+// Bytes per pixel of a statistics tile's slice, or 0 when tiles cannot take the geometry: chunks must be one
+// channel's pixels (s > 512), x 16-byte aligned, and a pixel's bytes a multiple of the slice.
+int tile_slice_bytes(const Geometry& g, const Addresses& a) {
+  const int64_t pixel_bytes = g.c * static_cast<int64_t>(a.x_size);
+  if (g.chunk_channels != 1 || !aligned(a.x, 16) || pixel_bytes % 16 != 0) return 0;
+  const int forced = forced_slice_bytes.load();
+  if (forced != 0) return pixel_bytes % forced == 0 ? forced : 0;
+  for (int bytes : kTileSliceBytes)
+    if (pixel_bytes % bytes == 0) return bytes;
+  return 0;
+}
+
+// Channels per vector in the channels-last fused kernel's apply: 8 or 4 when they divide a group's channels and
+// x and y are aligned to the vector (at most 16 bytes), else 1.
+int fused_width(const Geometry& g, const Addresses& a) {
+  for (int w : {8, 4}) {
+    const std::size_t wx = std::min<std::size_t>(16, w * a.x_size), wy = std::min<std::size_t>(16, w * a.y_size);
+    if (g.channels_per_group % w == 0 && aligned(a.x, wx) && aligned(a.y, wy)) return w;
+  }
+  return 1;
+}
+
+}  // namespace
+
+void force_tile_slice_bytes(int bytes) { forced_slice_bytes.store(bytes); }
+
+Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups, Layout layout) {
+  if (shape.data() == nullptr && !shape.empty()) throw_invalid("shape", "is null");
+  if (shape.size() < 2) {
+    throw_invalid("ndim", "the shape needs at least 2 dimensions (N, C, *spatial), got " + std::to_string(shape.size()));
+  }
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) throw_invalid("shape", "dimension " + std::to_string(i) + " is negative (" + std::to_string(shape[i]) + ")");
+  }
+  Geometry g;
+  g.n = shape[0];
+  g.c = shape[1];
+  if (num_groups <= 0) throw_invalid("num_groups", "must be at least 1, got " + std::to_string(num_groups));
+  if (g.c == 0) throw_invalid("shape", "C (dimension 1) is 0; it must be a positive multiple of num_groups");
+  if (g.c % num_groups != 0) {
+    throw_invalid("num_groups", std::to_string(num_groups) + " does not divide C = " + std::to_string(g.c));
+  }
+  g.g = num_groups;
+  // Products must fit comfortably in int64 and size_t: element counts, byte offsets of 4-byte elements, and the
+  // workspace (about 48 bytes per element when every group is one element): at most 2^57 elements, and at most
+  // as many (sample, channel) rows even when a spatial size is 0.
+  constexpr int64_t limit = int64_t{1} << 57;
+  int64_t s = 1;
+  for (std::size_t i = 2; i < shape.size(); ++i) {
+    if (shape[i] != 0 && s > limit / shape[i]) throw_invalid("shape", "the tensor has too many elements");
+    s *= shape[i];
+  }
+  g.s = s;
+  if (g.c != 0 && s > limit / g.c) throw_invalid("shape", "the tensor has too many elements");
+  const int64_t per_sample = g.c * s;
+  if (g.n != 0 && per_sample > limit / g.n) throw_invalid("shape", "the tensor has too many elements");
+  if (g.n != 0 && g.c > limit / g.n) throw_invalid("shape", "the tensor has too many rows (N * C)");
+  g.numel = g.n * per_sample;
+  g.channels_per_group = g.c / g.g;
+  g.group_length = g.channels_per_group * s;
+  g.groups_total = g.n * g.g;
+  g.chunk_channels = math::chunk_channels(s);
+  g.chunks_per_row = math::chunks_per_channel(s);
+  g.chunks_per_group = s == 0 ? 0 : math::chunks_per_group(s, g.channels_per_group);
+  g.chunks_total = g.groups_total * g.chunks_per_group;
+  g.layout = s == 1 || g.c == 1 ? Layout::ChannelsFirst : layout;
+  return g;
+}
+
+bool fused_eligible(const Geometry& g) {
+  return g.chunks_per_group >= 1 && g.chunks_per_group <= kernel::kFusedMaxChunks &&
+         g.channels_per_group <= kernel::kFusedMaxChannels;
+}
+
+void check_path(const Geometry& g, Path requested) {
+  if (requested == Path::Fused && !fused_eligible(g)) {
+    throw_invalid("options.path", "the fused path takes groups of at most " +
+                                      std::to_string(kernel::kFusedMaxChunks * math::kChunk / 1024) +
+                                      " Ki elements and " + std::to_string(kernel::kFusedMaxChannels) + " channels");
+  }
+}
+
+kernel::Params params_of(const Geometry& g) {
+  kernel::Params p{};
+  p.n = g.n;
+  p.c = g.c;
+  p.g = g.g;
+  p.s = g.s;
+  p.channels_per_group = g.channels_per_group;
+  p.group_length = g.group_length;
+  p.groups_total = g.groups_total;
+  p.chunks_per_group = g.chunks_per_group;
+  p.chunks_total = g.chunks_total;
+  p.chunk_channels = g.chunk_channels;
+  p.chunks_per_row = g.chunks_per_row;
+  p.full_chunks = g.full_chunks() ? 1 : 0;
+  return p;
+}
+
+std::size_t split_workspace_bytes(const Geometry& g) {
+  if (g.numel == 0) return 0;
+  const std::size_t records = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(math::ChunkRecord), kAlign);
+  const std::size_t rows = static_cast<std::size_t>(g.n * g.c) * sizeof(math::RowConstants);
+  return round_up(records + rows, kAlign);
+}
+
+bool vectorizable(const Geometry& g, const Addresses& a) {
+  const int64_t row = g.layout == Layout::ChannelsLast ? g.c : g.s;
+  return aligned(a.x, 16) && aligned(a.y, 16) && row % math::kVec == 0;
+}
+
+Path choose_path(const Geometry& g, Path requested, int sms) {
+  check_path(g, requested);
+  if (requested != Path::Auto) return requested;
+  const bool eligible = fused_eligible(g);
+  // One launch when the whole tensor is small (launch latency dominates) or when there are enough groups to
+  // fill the device; three launches otherwise.
+  return eligible && (g.numel <= kFusedSmallElements || g.groups_total >= 2 * static_cast<int64_t>(std::max(sms, 1)))
+             ? Path::Fused
+             : Path::Split;
+}
+
+Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, int sms, const Addresses& a) {
+  check_config(config);
+  if (sms < 1) sms = 1;
+  Plan plan;
+  plan.path = choose_path(g, requested, sms);
+  plan.threads = static_cast<unsigned>(config.warps * 32);
+  const int64_t threads = plan.threads;
+  const int64_t max_blocks = static_cast<int64_t>(config.programs_per_sm) * sms;
+  const bool last = g.layout == Layout::ChannelsLast;
+
+  plan.params = params_of(g);
+  kernel::Params& p = plan.params;
+  p.vectorized = vectorizable(g, a) ? 1 : 0;
+
+  if (plan.path == Path::Fused) {
+    plan.fused_blocks = static_cast<unsigned>(std::min(g.groups_total, max_blocks));
+    if (last) p.cl_fused_width = fused_width(g, a);
+    plan.workspace = 0;
+    return plan;
+  }
+  // chunk_stats: channels-last tiles of (sample, window, slice), or one warp per `stages` chunks.
+  const int slice_bytes = last ? tile_slice_bytes(g, a) : 0;
+  if (slice_bytes != 0) {
+    p.cl_slice_vectors = slice_bytes / 16;
+    p.cl_slices = g.c * static_cast<int64_t>(a.x_size) / slice_bytes;
+    p.cl_stats_items = g.n * g.chunks_per_row * p.cl_slices;
+    plan.stats_blocks = static_cast<unsigned>(std::clamp<int64_t>(p.cl_stats_items, 1, max_blocks));
+    plan.stats_shared_bytes = static_cast<unsigned>(math::kChunk * slice_bytes);
+  } else {
+    const int64_t warps_needed = ceil_div(g.chunks_total, config.stages);
+    plan.stats_blocks = static_cast<unsigned>(std::clamp<int64_t>(ceil_div(warps_needed, config.warps), 1, max_blocks));
+  }
+  // finalize: one block of 256 threads per group.
+  plan.finalize_blocks = static_cast<unsigned>(std::min<int64_t>(g.groups_total, int64_t{1} << 20));
+  plan.finalize_threads = static_cast<unsigned>(math::kPartials);
+  const int64_t wanted_tiles = max_blocks * 4;
+  if (last) {
+    // apply: ((slice of columns, sample), block of pixels) items, a few per block of the grid, each at least
+    // kMinSteps steps of every thread (a thread keeps its column's constants across the items of one column).
+    constexpr int64_t kMinSteps = 4;
+    const int64_t columns = p.vectorized ? g.c / math::kVec : g.c;
+    const int64_t tx = std::min(columns, threads);
+    p.cl_columns = columns;
+    p.cl_tx = static_cast<int>(tx);
+    p.cl_ty = static_cast<int>(threads / tx);
+    p.cl_column_slices = ceil_div(columns, tx);
+    const int64_t per_step = p.cl_ty * static_cast<int64_t>(p.vectorized ? config.elems_per_load / math::kVec : math::kVec);
+    int64_t blocks = std::clamp<int64_t>(ceil_div(wanted_tiles, g.n * p.cl_column_slices), 1,
+                                         std::max<int64_t>(1, ceil_div(g.s, per_step * kMinSteps)));
+    p.cl_block_pixels = ceil_div(g.s, blocks);
+    p.cl_blocks_per_sample = ceil_div(g.s, p.cl_block_pixels);
+    p.cl_apply_items = g.n * p.cl_blocks_per_sample * p.cl_column_slices;
+    plan.apply_blocks = static_cast<unsigned>(std::min<int64_t>(p.cl_apply_items, max_blocks));
+  } else {
+    // apply: rows of s elements cut into spans so that there are a few tiles per block of the grid.
+    const int64_t rows = g.n * g.c;
+    const int64_t step = threads * config.elems_per_load;
+    int64_t spans = std::clamp<int64_t>(ceil_div(wanted_tiles, rows), 1, std::max<int64_t>(1, ceil_div(g.s, step)));
+    int64_t span = ceil_div(g.s, spans);
+    span = ceil_div(span, math::kVec) * math::kVec;  // spans start on vector boundaries
+    spans = ceil_div(g.s, span);
+    p.spans_per_row = spans;
+    p.span_length = span;
+    p.tiles_total = rows * spans;
+    plan.apply_blocks = static_cast<unsigned>(std::min<int64_t>(p.tiles_total, max_blocks));
+  }
+  plan.rows_offset = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(math::ChunkRecord), kAlign);
+  plan.workspace = split_workspace_bytes(g);
+  return plan;
+}
+
+}  // namespace gnsilu::detail

@@ -1,0 +1,92 @@
+// From a validated problem to launches: the geometry of the tensor, the path (fused or split), grid sizes,
+// the kernel parameter block and the workspace layout. Pure host logic: tested in CI without a GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "gnsilu/gnsilu.hpp"
+#include "kernels/gnsilu_params.cuh"
+
+namespace gnsilu::detail {
+
+struct Geometry {
+  int64_t n = 0;                   // batch
+  int64_t c = 0;                   // channels
+  int64_t s = 1;                   // spatial elements per channel (1 with no spatial dimension)
+  int64_t g = 1;                   // groups per sample
+  int64_t channels_per_group = 0;
+  int64_t group_length = 0;        // channels_per_group * s
+  int64_t groups_total = 0;        // n * g
+  int64_t chunk_channels = 1;      // channels per chunk (gnsilu_math.cuh: chunk_channels)
+  int64_t chunks_per_row = 1;      // chunks per channel
+  int64_t chunks_per_group = 0;
+  int64_t chunks_total = 0;
+  int64_t numel = 0;
+  // The layout the kernels see: the problem's, or ChannelsFirst where both layouts are the same memory (s == 1
+  // or c == 1).
+  Layout layout = Layout::ChannelsFirst;
+  bool full_chunks() const { return chunks_total * 1024 == numel; }  // every chunk holds 1024 elements
+};
+
+// Checks the shape and group count (throws Error(InvalidArgument) naming "shape", "ndim" or "num_groups").
+Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups, Layout layout = Layout::ChannelsFirst);
+
+// Whether the one-launch kernel can take this geometry (a group's records and constants fit on chip: the limits
+// of kernels/gnsilu_params.cuh).
+bool fused_eligible(const Geometry& geometry);
+// Throws Error(InvalidArgument) naming "options.path" when `requested` is Fused and the geometry is not eligible.
+void check_path(const Geometry& geometry, Path requested);
+
+// The kernels' parameter block for the geometry (shape fields only: pointers, eps and the plan's fields unset).
+kernel::Params params_of(const Geometry& geometry);
+
+// Bytes of workspace for the split path (0 when fused); workspace_bytes is the most any path needs.
+std::size_t split_workspace_bytes(const Geometry& geometry);
+inline std::size_t workspace_bytes(const Geometry& geometry) { return split_workspace_bytes(geometry); }
+
+struct Plan {
+  Path path = Path::Split;
+  kernel::Params params{};
+  unsigned threads = 0;           // per block (finalize: finalize_threads)
+  unsigned finalize_threads = 256;
+  unsigned stats_blocks = 0;
+  unsigned stats_shared_bytes = 0;  // dynamic shared memory of chunk_stats (channels-last tiles)
+  unsigned finalize_blocks = 0;
+  unsigned apply_blocks = 0;
+  unsigned fused_blocks = 0;
+  std::size_t workspace = 0;      // bytes the plan needs
+  std::size_t rows_offset = 0;    // where the per-row constants start in the workspace
+};
+
+// The path a call takes: `requested`, or for Auto the library's choice (which depends on the geometry and the
+// device, not on the launch configuration). Throws InvalidArgument for Fused when not eligible. The API decides
+// once per call and hands the decided path down (Call::path); make_plan given a decided path keeps it.
+Path choose_path(const Geometry& geometry, Path requested, int sms);
+
+// Where x and y lie, for the choice of vector widths (alignment only; 0 counts as aligned).
+struct Addresses {
+  std::uintptr_t x = 0;
+  std::uintptr_t y = 0;
+  std::size_t x_size = 2;  // element sizes
+  std::size_t y_size = 2;
+};
+
+// The launches for `geometry` under `config` on a device with `sms` multiprocessors. `requested` may force a
+// path (Fused is refused with InvalidArgument when not eligible). Pointers in params are left null.
+Plan make_plan(const Geometry& geometry, const LaunchConfig& config, Path requested, int sms,
+               const Addresses& addresses = {});
+
+// Whether 16-byte vectors can be used: both pointers 16-byte aligned and vectors of 8 elements that stay in one
+// row (channel-major: s % 8 == 0; channels-last: c % 8 == 0).
+bool vectorizable(const Geometry& geometry, const Addresses& addresses);
+inline bool vectorizable(const Geometry& geometry, const void* x, const void* y) {
+  return vectorizable(geometry, Addresses{reinterpret_cast<std::uintptr_t>(x), reinterpret_cast<std::uintptr_t>(y)});
+}
+
+// Bytes per pixel of a channels-last statistics tile's slice (16, 32 or 64): tests and gnsilu-bench may force
+// one; 0 restores the library's choice. Not thread-safe against concurrent calls.
+void force_tile_slice_bytes(int bytes);
+
+}  // namespace gnsilu::detail
