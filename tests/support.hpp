@@ -12,7 +12,7 @@
 
 #include "gnsilu/gnsilu.hpp"
 #include "gnsilu/reference.hpp"
-#include "gnsilu_math.cuh"
+#include "kernels/gnsilu_math.cuh"
 
 namespace testing {
 

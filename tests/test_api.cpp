@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "c_api_codes.h"
-#include "driver.hpp"
+#include "base/driver.hpp"
 #include "gnsilu/gnsilu.h"
 #include "gnsilu/gnsilu.hpp"
 

@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "compiler.hpp"
+#include "runtime/compiler.hpp"
 #include "gnsilu/gnsilu.hpp"
-#include "kernels.hpp"
+#include "runtime/kernels.hpp"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <ios>
 #include <random>
 
-#include "gnsilu_math.cuh"
+#include "kernels/gnsilu_math.cuh"
 #include "support.hpp"
 
 using namespace gnsilu::math;

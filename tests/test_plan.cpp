@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "gnsilu/gnsilu.hpp"
-#include "gnsilu_math.cuh"
-#include "plan.hpp"
-#include "validate.hpp"
+#include "kernels/gnsilu_math.cuh"
+#include "runtime/plan.hpp"
+#include "runtime/validate.hpp"
 
 using gnsilu::DType;
 using gnsilu::Path;

@@ -13,10 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels.hpp"
-#include "store.hpp"
+#include "runtime/kernels.hpp"
+#include "cache/store.hpp"
 #include "temp_dir.hpp"
-#include "transfer.hpp"
+#include "cache/transfer.hpp"
 
 using namespace gnsilu::cache;
 namespace fs = std::filesystem;

@@ -19,8 +19,8 @@
 
 #include "archs.hpp"
 #include "gnsilu/gnsilu.hpp"
-#include "kernels.hpp"
-#include "store.hpp"
+#include "runtime/kernels.hpp"
+#include "cache/store.hpp"
 #include "temp_dir.hpp"
 
 using namespace gnsilu::cache;

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "gnsilu/gnsilu.hpp"
-#include "plan.hpp"
-#include "tuner.hpp"
+#include "runtime/plan.hpp"
+#include "tuning/tuner.hpp"
 
 using gnsilu::LaunchConfig;
 using namespace gnsilu::detail;

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Configures and builds gnsilu into ${GNSILU_BUILD_DIR:-build} (${GNSILU_BUILD_TYPE:-Release}; extra CMake arguments
-# pass through).
+# pass through). With CI=true in the environment (the CI sets it) warnings are errors (-DGNSILU_WARNINGS_AS_ERRORS=ON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${GNSILU_BUILD_DIR:-build}
 export PATH="/usr/local/cuda/bin:$PATH"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="${GNSILU_BUILD_TYPE:-Release}" "$@" >/dev/null
+ci_args=()
+if [[ ${CI:-} == true ]]; then
+  ci_args+=(-DGNSILU_WARNINGS_AS_ERRORS=ON)  # CI (CI=true): compiler warnings fail the build
+fi
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="${GNSILU_BUILD_TYPE:-Release}" "${ci_args[@]}" "$@" >/dev/null
 cmake --build "$build" -j "$(nproc)"

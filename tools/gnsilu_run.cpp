@@ -11,14 +11,14 @@
 #include <thread>
 #include <vector>
 
-#include "device.hpp"
-#include "driver.hpp"
-#include "errors.hpp"
+#include "base/device.hpp"
+#include "base/driver.hpp"
+#include "base/errors.hpp"
 #include "gnsilu/gnsilu.hpp"
 #include "gnsilu/reference.hpp"
-#include "gnsilu_math.cuh"
-#include "kernels.hpp"
-#include "modules.hpp"
+#include "kernels/gnsilu_math.cuh"
+#include "runtime/kernels.hpp"
+#include "runtime/modules.hpp"
 
 namespace {
 

@@ -10,7 +10,8 @@ drop-in nn.GroupNorm) and swap_group_norm_silu(model), which puts GroupNormSiLU 
 pairs it can prove and GroupNorm in place of the other nn.GroupNorms.
 
 The package is pure Python over the C API of libgnsilu.so (ctypes). The library is found on first use, not on
-import: $GNSILU_LIBRARY, else next to this file, else the repository's build/ folder, else the system loader.
+import: $GNSILU_LIBRARY, else inside this package (where `pip install ./python` builds and puts it), else the
+repository's build/ folder, else the system loader.
 Errors are gnsilu.Error subclasses, one per status code of the C API, with the library's message.
 """
 __version__ = "0.1.0"

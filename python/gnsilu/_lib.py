@@ -4,8 +4,10 @@ The library is loaded on first use, not on import, so that `import gnsilu` works
 in this order (the first that loads wins):
 
 1. the file named by the environment variable GNSILU_LIBRARY; when it is set, nothing else is tried;
-2. libgnsilu.so next to this file (where a wheel ships it);
-3. the repository's build folder, ../../build/libgnsilu.so from this file (a checkout, or an editable install);
+2. the library inside the package, libgnsilu.so next to this file: where `pip install ./python` puts it (the
+   wheel's build compiles it with CMake, cmake/GnsiluPython.cmake), or a copy of build/libgnsilu.so put there;
+3. the repository's build folder, ../../build/libgnsilu.so from this file (a checkout on PYTHONPATH, or an
+   editable install);
 4. the system loader: "libgnsilu.so" on LD_LIBRARY_PATH or in the ldconfig cache.
 """
 import ctypes
@@ -97,10 +99,11 @@ def _open(path):
 
 
 def _load():
-    fix = (f"Build it (bash tools/build.sh in the gnsilu repository) and set {ENV_VARIABLE} to the full path of "
-           f"{LIBRARY_NAME}, e.g. export {ENV_VARIABLE}=/path/to/gnsilu/build/{LIBRARY_NAME}, or put it next to "
-           f"the package ({os.path.join(_PACKAGE_DIR, LIBRARY_NAME)}). It needs libnvrtc and libsqlite3 on the "
-           "loader path.")
+    fix = (f"Install the package with its library (pip install ./python in the gnsilu repository builds it; it "
+           f"needs the CUDA toolkit and the packages of tools/setup.sh), or build it (bash tools/build.sh) and set "
+           f"{ENV_VARIABLE} to the full path of {LIBRARY_NAME}, e.g. export {ENV_VARIABLE}=/path/to/gnsilu/build/"
+           f"{LIBRARY_NAME}, or put it inside the package ({os.path.join(_PACKAGE_DIR, LIBRARY_NAME)}). It needs "
+           "libnvrtc and libsqlite3 on the loader path.")
     explicit = os.environ.get(ENV_VARIABLE)
     if explicit:
         try:

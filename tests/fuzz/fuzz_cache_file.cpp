@@ -29,10 +29,10 @@
 
 #include <SQLiteCpp/SQLiteCpp.h>
 
-#include "entries.hpp"
+#include "cache/entries.hpp"
 #include "input.hpp"
-#include "store.hpp"
-#include "transfer.hpp"
+#include "cache/store.hpp"
+#include "cache/transfer.hpp"
 
 namespace {
 
