@@ -1,7 +1,12 @@
 #include "cache/entries.hpp"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <ostream>
 #include <string>
+
+#include "base/hash.hpp"
 
 namespace gnsilu::cache {
 
@@ -12,22 +17,96 @@ std::string TuningKey::text() const {
          layout_name(layout) + "|" + activation_name(activation) + "|" + size_class;
 }
 
+std::string TunedShape::text() const {
+  if (dims.empty()) return "";
+  return shape_to_text(dims) + " G=" + std::to_string(groups);
+}
+
+std::ostream& operator<<(std::ostream& out, const TunedShape& shape) { return out << shape.text(); }
+
+std::string shape_to_text(std::span<const int64_t> dims) {
+  std::string out;
+  for (auto d : dims) {
+    if (!out.empty()) out += 'x';
+    out += std::to_string(d);
+  }
+  return out;
+}
+
+std::optional<std::vector<int64_t>> shape_from_text(std::string_view text, std::string* problem) {
+  std::vector<int64_t> dims;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t at = text.find('x', start);
+    const std::string part(text.substr(start, at == std::string_view::npos ? std::string_view::npos : at - start));
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) {
+      if (problem) *problem = "\"" + part + "\" is not a positive whole number";
+      return std::nullopt;
+    }
+    errno = 0;
+    const long long v = std::strtoll(part.c_str(), nullptr, 10);
+    if (errno == ERANGE || v <= 0) {
+      if (problem) *problem = "\"" + part + "\" is out of range";
+      return std::nullopt;
+    }
+    dims.push_back(v);
+    if (at == std::string_view::npos) return dims;
+    start = at + 1;
+  }
+}
+
+TunedShape tuned_shape_from_legacy(std::string_view text, std::string_view size_class) {
+  TunedShape shape;
+  shape.path = size_class.ends_with("-fused") ? Path::Fused : Path::Split;
+  const std::size_t space = text.find(" G=");
+  if (space == std::string_view::npos) return shape;
+  const auto dims = shape_from_text(text.substr(0, space));
+  const auto groups = shape_from_text(text.substr(space + 3));  // one positive whole number
+  if (!dims || !groups || groups->size() != 1) return shape;
+  shape.dims = *dims;
+  shape.groups = groups->front();
+  return shape;
+}
+
+bool path_from_name(std::string_view name, Path& path) {
+  if (name == "auto") path = Path::Auto;
+  else if (name == "fused") path = Path::Fused;
+  else if (name == "split") path = Path::Split;
+  else return false;
+  return true;
+}
+
 std::string size_class_of(std::size_t bytes, std::size_t l2_bytes, std::string_view path) {
   // Activations whose x and y fit in L2 run from cache on repeated calls; larger ones stream from DRAM.
   return std::string(bytes <= l2_bytes ? "l2-" : "dram-") + std::string(path);
 }
 
 std::string kernel_checksum(const std::vector<char>& image, const std::string& joined_names) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](char c) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  };
-  for (char c : image) mix(c);
-  for (char c : joined_names) mix(c);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
+  detail::Fnv1a hash;
+  hash.add(image.data(), image.size());
+  hash.add(joined_names);
+  return hash.hex();
+}
+
+std::string join_lowered_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) {
+    if (!out.empty()) out += '\n';
+    out += n;
+  }
+  return out;
+}
+
+std::vector<std::string> split_lowered_names(const std::string& text) {
+  std::vector<std::string> out;
+  std::string::size_type start = 0;
+  while (start < text.size()) {  // as std::getline by '\n': no empty last line
+    const auto end = text.find('\n', start);
+    out.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
 }
 
 DType dtype_from_name(const std::string& name) {

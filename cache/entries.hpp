@@ -3,7 +3,12 @@
 // blob, so a cache can be listed, compared and merged.
 #pragma once
 
+#include <fmt/core.h>
+
 #include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,13 +49,26 @@ struct CandidateTiming {
   std::string status;     // "ok", or why it was skipped ("compile failed: ...", "wrong output", ...)
 };
 
+// What an entry's timings were taken on: the (possibly sliced) shape, its groups and the path it ran. Typed in
+// files of schema 4 and later (columns tuned_dims, tuned_groups, path) and in exports ("tuned_dims",
+// "tuned_groups", "path"); text() is only for people to read.
+struct TunedShape {
+  std::vector<int64_t> dims;     // empty: not known (an entry of an older file whose text could not be read)
+  int64_t groups = 0;            // 0: not known
+  Path path = Path::Auto;        // Fused or Split when the tuner recorded it; Auto: not recorded
+  friend bool operator==(const TunedShape&, const TunedShape&) = default;
+  // "1x512x16384 G=32" ("" when the dims are not known).
+  std::string text() const;
+};
+std::ostream& operator<<(std::ostream& out, const TunedShape& shape);  // text()
+
 struct TuningEntry {
   TuningKey key;
   LaunchConfig winner;
   double default_us = 0;
   double best_us = 0;
   double noise_us = 0;
-  std::string tuned_shape;       // the (possibly sliced) shape the timings were taken on
+  TunedShape tuned_shape;
   std::string library_version;
   int64_t created_at = 0;        // unix seconds
   std::vector<CandidateTiming> candidates;
@@ -79,6 +97,27 @@ std::string size_class_of(std::size_t bytes, std::size_t l2_bytes, std::string_v
 // FNV-1a over a kernel image and its lowered names joined by newlines, as 16 hex digits: SQLite checks its
 // pages' structure, not the bytes of a blob, and a damaged kernel image must never be loaded.
 std::string kernel_checksum(const std::vector<char>& image, const std::string& joined_names);
+// The lowered names as the kernels table and the checksum hold them (one per line), and back: the one pair the
+// store and export files both use, so that their checksums agree.
+std::string join_lowered_names(const std::vector<std::string>& names);
+std::vector<std::string> split_lowered_names(const std::string& text);
+
+// "1x512x16384" <-> dims: the one text form of a shape (cache files' tuned_dims, gnsilu-tune's arguments and
+// output). shape_from_text takes what shape_to_text writes (leading zeros too) and nothing else: nullopt for an
+// empty text or part, a sign or any other character, a dimension that is 0 or beyond int64_t; `problem` (when
+// given) then says which part and why ("\"a\" is not a positive whole number", "\"0\" is out of range").
+std::string shape_to_text(std::span<const int64_t> dims);
+std::optional<std::vector<int64_t>> shape_from_text(std::string_view text, std::string* problem = nullptr);
+
+// The one reader of the text that files of schema 3 and before (column tuned_shape) and exports without
+// "tuned_dims" hold: "1x512x16384 G=32" -> dims and groups (none for text that does not read as that), and the
+// path from the size class ("...-fused": Fused, anything else: Split, as gnsilu-tune read it before the path was
+// stored). Used by the schema 4 migration, by rows that a process of an older schema saved into a migrated
+// file, and by parse_export; everything else uses the typed fields.
+TunedShape tuned_shape_from_legacy(std::string_view text, std::string_view size_class);
+
+// "auto" / "fused" / "split" (path_name) -> Path; false for anything else.
+bool path_from_name(std::string_view name, Path& path);
 
 // "bf16" <-> DType
 DType dtype_from_name(const std::string& name);
@@ -87,3 +126,13 @@ bool layout_from_name(const std::string& name, Layout& layout);
 bool activation_from_name(const std::string& name, Activation& activation);
 
 }  // namespace gnsilu::cache
+
+// Log lines name a tuned shape by its text.
+template <>
+struct fmt::formatter<gnsilu::cache::TunedShape> : fmt::formatter<fmt::string_view> {
+  template <typename FormatContext>
+  auto format(const gnsilu::cache::TunedShape& shape, FormatContext& ctx) const -> decltype(ctx.out()) {
+    const std::string text = shape.text();
+    return fmt::formatter<fmt::string_view>::format(fmt::string_view(text), ctx);
+  }
+};

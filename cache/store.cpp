@@ -1,129 +1,21 @@
+// A cache file's rows: tuned configurations with their timings, compiled kernels and tuning leases (store.hpp).
+// Opening, health and the triage of SQLite failures are in store_open.cpp, the schema in schema.cpp.
 #include "cache/store.hpp"
 
-#include <SQLiteCpp/Backup.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <SQLiteCpp/SQLiteCpp.h>
-#include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <stop_token>
 #include <cstdint>
-#include <cstdio>
 #include <ctime>
-#include <filesystem>
 #include <sstream>
+#include <stop_token>
 
 #include "base/log.hpp"
 
 namespace gnsilu::cache {
 namespace {
-
-// Migration steps: step k takes a file from schema k-1 to k. A file records its schema in PRAGMA user_version.
-const char* const kSteps[] = {
-    // 1: tuned configurations and every candidate's timing.
-    R"sql(
-      CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-      CREATE TABLE tuning (
-        id INTEGER PRIMARY KEY,
-        device_name TEXT NOT NULL,
-        device_arch INTEGER NOT NULL,
-        device_sms INTEGER NOT NULL,
-        device_memory_mib INTEGER NOT NULL,
-        device_l2_kib INTEGER NOT NULL,
-        code_version TEXT NOT NULL,
-        channels_per_group INTEGER NOT NULL,
-        x_dtype TEXT NOT NULL,
-        y_dtype TEXT NOT NULL,
-        size_class TEXT NOT NULL,
-        elems_per_load INTEGER NOT NULL,
-        warps INTEGER NOT NULL,
-        stages INTEGER NOT NULL,
-        programs_per_sm INTEGER NOT NULL,
-        default_us REAL NOT NULL,
-        best_us REAL NOT NULL,
-        noise_us REAL NOT NULL,
-        tuned_shape TEXT NOT NULL,
-        library_version TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        UNIQUE (device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version,
-                channels_per_group, x_dtype, y_dtype, size_class));
-      CREATE TABLE timings (
-        tuning_id INTEGER NOT NULL,
-        elems_per_load INTEGER NOT NULL,
-        warps INTEGER NOT NULL,
-        stages INTEGER NOT NULL,
-        programs_per_sm INTEGER NOT NULL,
-        median_us REAL NOT NULL,
-        noise_us REAL NOT NULL,
-        samples INTEGER NOT NULL,
-        status TEXT NOT NULL);
-      CREATE INDEX timings_by_tuning ON timings (tuning_id);
-    )sql",
-    // 2: compiled kernels (so that a second process runs no NVRTC) and tuning leases (one tuner per key).
-    R"sql(
-      CREATE TABLE kernels (
-        arch INTEGER NOT NULL,
-        code_version TEXT NOT NULL,
-        variant TEXT NOT NULL,
-        nvrtc_version TEXT NOT NULL,
-        options TEXT NOT NULL,
-        is_cubin INTEGER NOT NULL,
-        lowered_names TEXT NOT NULL,
-        image BLOB NOT NULL,
-        checksum TEXT NOT NULL,
-        library_version TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        PRIMARY KEY (arch, code_version, variant));
-      CREATE TABLE leases (key TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL);
-    )sql",
-    // 3: the memory layout ('nchw', 'nhwc') and the activation ('silu', 'none') join the tuning key; entries of
-    // before were all channels-first GroupNorm+SiLU. SQLite cannot change a UNIQUE constraint in place, so the
-    // table is rebuilt: same row ids (timings.tuning_id keeps pointing at its row), the new UNIQUE key. The
-    // defaults are for a process of schema 2 that had the file open before another migrated it: what it saves
-    // is what it tuned, channels-first GroupNorm+SiLU (this gnsilu always names both).
-    R"sql(
-      CREATE TABLE tuning_v3 (
-        id INTEGER PRIMARY KEY,
-        device_name TEXT NOT NULL,
-        device_arch INTEGER NOT NULL,
-        device_sms INTEGER NOT NULL,
-        device_memory_mib INTEGER NOT NULL,
-        device_l2_kib INTEGER NOT NULL,
-        code_version TEXT NOT NULL,
-        channels_per_group INTEGER NOT NULL,
-        x_dtype TEXT NOT NULL,
-        y_dtype TEXT NOT NULL,
-        size_class TEXT NOT NULL,
-        layout TEXT NOT NULL DEFAULT 'nchw',
-        activation TEXT NOT NULL DEFAULT 'silu',
-        elems_per_load INTEGER NOT NULL,
-        warps INTEGER NOT NULL,
-        stages INTEGER NOT NULL,
-        programs_per_sm INTEGER NOT NULL,
-        default_us REAL NOT NULL,
-        best_us REAL NOT NULL,
-        noise_us REAL NOT NULL,
-        tuned_shape TEXT NOT NULL,
-        library_version TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        UNIQUE (device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version,
-                channels_per_group, x_dtype, y_dtype, size_class, layout, activation));
-      INSERT INTO tuning_v3 (id, device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version,
-                             channels_per_group, x_dtype, y_dtype, size_class, layout, activation, elems_per_load,
-                             warps, stages, programs_per_sm, default_us, best_us, noise_us, tuned_shape,
-                             library_version, created_at)
-        SELECT id, device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version,
-               channels_per_group, x_dtype, y_dtype, size_class, 'nchw', 'silu', elems_per_load, warps, stages,
-               programs_per_sm, default_us, best_us, noise_us, tuned_shape, library_version, created_at
-        FROM tuning;
-      DROP TABLE tuning;
-      ALTER TABLE tuning_v3 RENAME TO tuning;
-    )sql",
-};
-static_assert(sizeof(kSteps) / sizeof(kSteps[0]) == kSchemaVersion, "one migration step per schema version");
 
 const char* kKeyWhere =
     "device_name = ? AND device_arch = ? AND device_sms = ? AND device_memory_mib = ? AND device_l2_kib = ? AND "
@@ -146,57 +38,23 @@ void bind_key(SQLite::Statement& s, const TuningKey& k, int first = 1) {
   s.bind(first + 11, std::string(activation_name(k.activation)));
 }
 
-// Whether a key's layout and activation are values this gnsilu names (a key built from anything else would be
-// stored as "unknown" and never read back).
+// Whether a key's layout and activation (and the entry's tuned path) are values this gnsilu names (a key built
+// from anything else would be stored as "unknown" and never read back).
 bool known_key(const TuningKey& k) {
   Layout layout;
   Activation activation;
   return layout_from_name(layout_name(k.layout), layout) && activation_from_name(activation_name(k.activation), activation);
 }
 
-std::string join_names(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) {
-    if (!out.empty()) out += '\n';
-    out += n;
-  }
-  return out;
+// Whether what an entry was tuned on reads back as written: a path with a name, positive dims.
+bool storable(const TunedShape& t) {
+  Path path;
+  return path_from_name(path_name(t.path), path) &&
+         std::all_of(t.dims.begin(), t.dims.end(), [](int64_t d) { return d > 0; });
 }
 
-std::vector<std::string> split_names(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
-
-int primary(const SQLite::Exception& e) { return e.getErrorCode() & 0xFF; }
-
-
-// file:<path>?mode=ro (with &immutable=1 when asked) with the characters URIs reserve percent-encoded.
-std::string read_only_uri(const std::string& path, bool immutable) {
-  std::string out = "file:";
-  for (unsigned char c : path) {
-    if (c == '%' || c == '?' || c == '#' || c < 0x20) {
-      char hex[4];
-      std::snprintf(hex, sizeof hex, "%%%02X", c);
-      out += hex;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + (immutable ? "?mode=ro&immutable=1" : "?mode=ro");
-}
-
-void apply_steps(SQLite::Database& db, int from, int to) {
-  if (from < 0) throw SQLite::Exception("negative schema version " + std::to_string(from), SQLITE_MISMATCH);
-  for (int step = from + 1; step <= to; ++step) db.exec(kSteps[step - 1]);
-  db.exec("PRAGMA user_version = " + std::to_string(to));
-  db.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('schema', '" + std::to_string(to) + "')");
-}
-
-// An entry from a row of kEntryColumns; false (and `e` partly filled) for a row whose layout or activation this
-// gnsilu does not know: no key of this gnsilu can name it, so it is not an entry here.
+// An entry from a row of kEntryColumns; false (and `e` partly filled) for a row whose layout, activation or path
+// this gnsilu does not know: no key of this gnsilu can name it, so it is not an entry here.
 bool read_entry(SQLite::Statement& q, TuningEntry& e) {
   e.key.device.name = q.getColumn(1).getString();
   e.key.device.arch = q.getColumn(2).getInt();
@@ -212,9 +70,17 @@ bool read_entry(SQLite::Statement& q, TuningEntry& e) {
   e.default_us = q.getColumn(15).getDouble();
   e.best_us = q.getColumn(16).getDouble();
   e.noise_us = q.getColumn(17).getDouble();
-  e.tuned_shape = q.getColumn(18).getString();
   e.library_version = q.getColumn(19).getString();
   e.created_at = q.getColumn(20).getInt64();
+  const std::string path = q.getColumn(25).getString();
+  if (path.empty()) {
+    // Saved by a process of schema 3 or before that had the file open when it was migrated (schema.cpp, step 4).
+    e.tuned_shape = tuned_shape_from_legacy(q.getColumn(18).getString(), e.key.size_class);
+  } else {
+    e.tuned_shape.dims = shape_from_text(q.getColumn(23).getString()).value_or(std::vector<int64_t>{});
+    e.tuned_shape.groups = q.getColumn(24).getInt64();
+    if (!path_from_name(path, e.tuned_shape.path)) return false;
+  }
   return layout_from_name(q.getColumn(21).getString(), e.key.layout) &&
          activation_from_name(q.getColumn(22).getString(), e.key.activation);
 }
@@ -222,7 +88,7 @@ bool read_entry(SQLite::Statement& q, TuningEntry& e) {
 const char* kEntryColumns =
     "id, device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version, channels_per_group, "
     "x_dtype, y_dtype, size_class, elems_per_load, warps, stages, programs_per_sm, default_us, best_us, noise_us, "
-    "tuned_shape, library_version, created_at, layout, activation";
+    "tuned_shape, library_version, created_at, layout, activation, tuned_dims, tuned_groups, path";
 
 // Removes the entry of `key` and its timings, if there is one (inside the caller's transaction).
 void delete_entry(SQLite::Database& db, const TuningKey& key) {
@@ -256,244 +122,6 @@ void read_timings(SQLite::Database& db, int64_t id, TuningEntry& e) {
 
 }  // namespace
 
-Store::Store(std::string path, Mode mode, int busy_timeout_ms) : path_(std::move(path)), mode_(mode) {
-  open(busy_timeout_ms);
-}
-
-Store::Store(std::string path, int busy_timeout_ms, bool upgrade_copy)
-    : path_(std::move(path)), mode_(Mode::ReadOnly), upgrade_copy_(upgrade_copy) {
-  open(busy_timeout_ms);
-}
-
-std::unique_ptr<Store> Store::read_upgraded(const std::string& path, int busy_timeout_ms) {
-  return std::unique_ptr<Store>(new Store(path, busy_timeout_ms, true));
-}
-
-Store::~Store() = default;
-
-bool Store::usable() const {
-  std::lock_guard lock(mutex_);
-  return db_ && health_ != Health::Unusable;
-}
-
-bool Store::writable() const {
-  std::lock_guard lock(mutex_);
-  return db_ && health_ == Health::Ok && mode_ == Mode::ReadWrite;
-}
-
-std::string Store::problem() const {
-  std::lock_guard lock(mutex_);
-  return problem_;
-}
-
-int Store::schema_version() const {
-  std::lock_guard lock(mutex_);
-  return schema_version_;
-}
-
-void Store::fail(Health health, const std::string& what, const std::string& advice) {
-  if (health > health_) health_ = health;
-  if (problem_.empty()) problem_ = what;
-  if (!warned_) {
-    warned_ = true;
-    detail::logger().warn("cache file {}: {}; {}. {}", path_, what,
-                          health_ == Health::Unusable ? "gnsilu does not use it and works from memory"
-                                                      : "gnsilu reads it but keeps new results in memory only",
-                          advice);
-  }
-}
-
-void Store::open(int busy_timeout_ms) {
-  try {
-    if (mode_ == Mode::ReadWrite) {
-      std::error_code ec;
-      const auto parent = std::filesystem::path(path_).parent_path();
-      if (!parent.empty() && !std::filesystem::exists(parent, ec)) {
-        // A new cache folder is the user's alone (0700), whatever the umask; an existing one is left as it is.
-        if (std::filesystem::create_directories(parent, ec)) ::chmod(parent.c_str(), 0700);
-      }
-      if (!std::filesystem::exists(path_, ec)) {
-        // A new file 0600 whatever the umask (SQLite gives its -wal and -shm files the same mode).
-        const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        if (fd >= 0) {
-          ::fchmod(fd, 0600);
-          ::close(fd);
-        }
-      }
-      try {
-        db_ = std::make_unique<SQLite::Database>(path_, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE, busy_timeout_ms);
-      } catch (const SQLite::Exception& e) {
-        // Not writable (read-only file, folder or file system): read what is there, if anything.
-        db_ = std::make_unique<SQLite::Database>(path_, SQLite::OPEN_READONLY, busy_timeout_ms);
-        fail(Health::ReadOnly, std::string("cannot be opened for writing (") + e.what() + ")",
-             "Make it writable, or point GNSILU_CACHE at a writable file.");
-      }
-    } else {
-      // Read-only, with the usual locking so that a file another process still writes (in WAL mode) reads
-      // right; where that cannot work (a read-only mount with no -shm file), as an immutable file.
-      db_ = std::make_unique<SQLite::Database>(read_only_uri(path_, false), SQLite::OPEN_READONLY | SQLite::OPEN_URI,
-                                               busy_timeout_ms);
-      try {
-        db_->execAndGet("SELECT count(*) FROM sqlite_master");
-      } catch (const SQLite::Exception& e) {
-        const int code = primary(e);
-        if (code == SQLITE_NOTADB || code == SQLITE_CORRUPT) throw;
-        db_ = std::make_unique<SQLite::Database>(read_only_uri(path_, true), SQLite::OPEN_READONLY | SQLite::OPEN_URI,
-                                                 busy_timeout_ms);
-      }
-    }
-  } catch (const SQLite::Exception& e) {
-    db_.reset();
-    fail(Health::Unusable, std::string("cannot be opened (") + e.what() + ")",
-         mode_ == Mode::ReadWrite ? "Check the path, or set GNSILU_CACHE to another file."
-                                  : "Check the path in GNSILU_CACHE_SHARED.");
-    return;
-  }
-  trust_ = cache::code_trust(path_);
-  try {
-    // One statement, so that the version and the tables come from one snapshot while another process may be
-    // creating the file.
-    int objects = 0;
-    {
-      SQLite::Statement state(*db_, "SELECT (SELECT user_version FROM pragma_user_version), "
-                                    "(SELECT count(*) FROM sqlite_master)");
-      state.executeStep();
-      schema_version_ = state.getColumn(0).getInt();
-      objects = state.getColumn(1).getInt();
-    }
-    if ((schema_version_ == 0 && objects > 0) || schema_version_ < 0) {
-      fail(Health::Unusable, "is a SQLite database but not a gnsilu cache", "Set GNSILU_CACHE to another file.");
-      return;
-    }
-    if (schema_version_ > kSchemaVersion) {
-      fail(Health::Unusable,
-           "was written by a newer gnsilu (schema " + std::to_string(schema_version_) + ", this one knows up to " +
-               std::to_string(kSchemaVersion) + ")",
-           "Give this version its own file with GNSILU_CACHE, or upgrade.");
-      return;
-    }
-    const bool copy = upgrade_copy_ && schema_version_ < kSchemaVersion;
-    if (copy) {
-      // Every page in one step: one snapshot of the file, never a mix of two writers' states.
-      auto memory = std::make_unique<SQLite::Database>(":memory:", SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE);
-      {
-        SQLite::Backup backup(*memory, *db_);
-        const int done = backup.executeStep();
-        if (done != SQLITE_DONE) throw SQLite::Exception("copying the file did not finish", done);
-      }  // finished before the file's connection closes
-      db_ = std::move(memory);
-    }
-    // A damaged page anywhere: refuse the file rather than write into it, or migrate its copy (a few
-    // milliseconds for a typical cache; the user file is checked once per process).
-    if (objects > 0 && (mode_ == Mode::ReadWrite || copy)) {
-      const std::string check = db_->execAndGet("PRAGMA quick_check").getString();
-      if (check != "ok") {
-        fail(Health::Unusable, "is damaged (" + check.substr(0, check.find('\n')) + ")",
-             "Delete it (gnsilu starts a new one) or set GNSILU_CACHE to another file.");
-        return;
-      }
-    }
-    if (copy) {
-      // The copy is this store's own: upgraded in memory, then read like the file (mode_ is ReadOnly).
-      SQLite::Transaction t(*db_);
-      apply_steps(*db_, schema_version_, kSchemaVersion);
-      t.commit();
-      schema_version_ = kSchemaVersion;
-      return;
-    }
-    if (mode_ == Mode::ReadOnly || health_ == Health::ReadOnly) {
-      if (schema_version_ < kSchemaVersion) {
-        fail(Health::Unusable,
-             "has an older schema (" + std::to_string(schema_version_) + ") and cannot be upgraded read-only",
-             "Open it once with a writable GNSILU_CACHE to upgrade it, or re-export it.");
-      }
-      return;
-    }
-    db_->exec("PRAGMA synchronous = NORMAL");
-    if (schema_version_ < kSchemaVersion) {
-      SQLite::Transaction t(*db_, SQLite::TransactionBehavior::IMMEDIATE);
-      // Another process may have migrated while this one waited for the lock.
-      const int now = db_->execAndGet("PRAGMA user_version").getInt();
-      if (now < kSchemaVersion) apply_steps(*db_, now, kSchemaVersion);
-      t.commit();
-      if (now < kSchemaVersion && now > 0) {
-        detail::logger().info("cache file {}: upgraded schema {} to {}", path_, now, kSchemaVersion);
-      }
-      schema_version_ = kSchemaVersion;
-    }
-    // WAL only once the file is known to be a usable cache: a file found damaged by the migration above (which
-    // then rolls back) is left exactly as it was.
-    try {
-      db_->exec("PRAGMA journal_mode = WAL");
-    } catch (const SQLite::Exception&) {
-      // Some file systems cannot hold a WAL; the rollback journal works there.
-    }
-  } catch (const SQLite::Exception& e) {
-    const int code = primary(e);
-    if (code == SQLITE_NOTADB || code == SQLITE_CORRUPT) {
-      fail(Health::Unusable, std::string("is damaged or not a database (") + e.what() + ")",
-           "Delete it (gnsilu starts a new one) or set GNSILU_CACHE to another file.");
-    } else if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
-      fail(Health::Unusable, std::string("stayed locked by another process (") + e.what() + ")",
-           "Retry later; this process works from memory.");
-    } else {
-      fail(Health::Unusable, std::string("cannot be read or upgraded (") + e.what() + ")",
-           "Check the file, or set GNSILU_CACHE to another one.");
-    }
-  }
-}
-
-bool Store::create_at_version(const std::string& path, int up_to) {
-  try {
-    SQLite::Database db(path, SQLite::OPEN_READWRITE | SQLite::OPEN_CREATE);
-    SQLite::Transaction t(db);
-    apply_steps(db, 0, up_to);
-    t.commit();
-    return true;
-  } catch (const SQLite::Exception&) {
-    return false;
-  }
-}
-
-bool Store::run_write(const char* what, const std::function<void()>& body) {
-  std::lock_guard lock(mutex_);
-  if (!db_ || health_ != Health::Ok || mode_ != Mode::ReadWrite) return false;
-  try {
-    SQLite::Transaction t(*db_, SQLite::TransactionBehavior::IMMEDIATE);
-    body();
-    t.commit();
-    // Move committed pages from the WAL into the file now, so that readers that cannot use the WAL (a copy of
-    // the file, an immutable read-only layer) see them even if this process never closes the connection.
-    try {
-      db_->exec("PRAGMA wal_checkpoint(PASSIVE)");
-    } catch (const SQLite::Exception&) {
-    }
-    return true;
-  } catch (const SQLite::Exception& e) {
-    const int code = primary(e);
-    if (code == SQLITE_BUSY || code == SQLITE_LOCKED) {
-      // Transient: this result stays in memory; later writes may succeed.
-      if (!warned_) {
-        warned_ = true;
-        detail::logger().warn("cache file {}: locked by another process while saving {}; kept in memory. "
-                              "If this persists, look for a process holding the file.", path_, what);
-      }
-    } else if (code == SQLITE_FULL) {
-      fail(Health::ReadOnly, std::string("is on a full disk (") + e.what() + ")", "Free space on its file system.");
-    } else if (code == SQLITE_READONLY || code == SQLITE_PERM || code == SQLITE_CANTOPEN) {
-      fail(Health::ReadOnly, std::string("cannot be written (") + e.what() + ")",
-           "Make it writable, or point GNSILU_CACHE at a writable file.");
-    } else if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) {
-      fail(Health::Unusable, std::string("is damaged (") + e.what() + ")",
-           "Delete it (gnsilu starts a new one) or set GNSILU_CACHE to another file.");
-    } else {
-      fail(Health::ReadOnly, std::string("failed while saving ") + what + " (" + e.what() + ")",
-           "Check the file and its file system.");
-    }
-    return false;
-  }
-}
-
 std::optional<TuningEntry> Store::find_tuning(const TuningKey& key) {
   std::lock_guard lock(mutex_);
   if (!db_ || health_ == Health::Unusable) return std::nullopt;
@@ -505,13 +133,7 @@ std::optional<TuningEntry> Store::find_tuning(const TuningKey& key) {
     read_timings(*db_, q.getColumn(0).getInt64(), e);
     return e;
   } catch (const SQLite::Exception& e) {
-    const int code = primary(e);
-    if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) {
-      fail(Health::Unusable, std::string("is damaged (") + e.what() + ")",
-           "Delete it (gnsilu starts a new one) or set GNSILU_CACHE to another file.");
-    } else if (code != SQLITE_BUSY && code != SQLITE_LOCKED) {
-      fail(Health::Unusable, std::string("cannot be read (") + e.what() + ")", "Check the file.");
-    }
+    failed(e, Access::Finding);
     return std::nullopt;
   }
 }
@@ -529,22 +151,22 @@ std::vector<TuningEntry> Store::all_tuning() {
       out.push_back(std::move(e));
     }
   } catch (const SQLite::Exception& e) {
-    fail(Health::Unusable, std::string("cannot be read (") + e.what() + ")", "Check the file.");
+    failed(e, Access::Listing);
   }
   return out;
 }
 
 bool Store::put_tuning(const TuningEntry& entry) {
   // Refused before any write (the store stays as it was): it could never be found again.
-  if (!known_key(entry.key)) return false;
+  if (!known_key(entry.key) || !storable(entry.tuned_shape)) return false;
   return run_write("a tuned configuration", [&] {
     delete_entry(*db_, entry.key);
     SQLite::Statement ins(*db_,
                           "INSERT INTO tuning (device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, "
                           "code_version, channels_per_group, x_dtype, y_dtype, size_class, layout, activation, "
                           "elems_per_load, warps, stages, programs_per_sm, default_us, best_us, noise_us, tuned_shape, "
-                          "library_version, created_at) "
-                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+                          "library_version, created_at, tuned_dims, tuned_groups, path) "
+                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     bind_key(ins, entry.key);
     constexpr int v = kKeyColumns + 1;  // the first value after the key
     ins.bind(v + 0, entry.winner.elems_per_load);
@@ -554,9 +176,12 @@ bool Store::put_tuning(const TuningEntry& entry) {
     ins.bind(v + 4, entry.default_us);
     ins.bind(v + 5, entry.best_us);
     ins.bind(v + 6, entry.noise_us);
-    ins.bind(v + 7, entry.tuned_shape);
+    ins.bind(v + 7, entry.tuned_shape.text());  // for people, and for processes of schema 3 (schema.cpp, step 4)
     ins.bind(v + 8, entry.library_version);
     ins.bind(v + 9, static_cast<int64_t>(entry.created_at));
+    ins.bind(v + 10, shape_to_text(entry.tuned_shape.dims));
+    ins.bind(v + 11, static_cast<int64_t>(entry.tuned_shape.groups));
+    ins.bind(v + 12, std::string(path_name(entry.tuned_shape.path)));
     ins.exec();
     const int64_t id = db_->getLastInsertRowid();
     SQLite::Statement t(*db_,
@@ -620,7 +245,7 @@ std::optional<KernelImage> Store::read_kernel_locked(const KernelKey& key) {
     const auto* bytes = static_cast<const char*>(blob.getBlob());
     k.image.assign(bytes, bytes + blob.getBytes());
     const std::string names = q.getColumn(2).getString();
-    k.lowered_names = split_names(names);
+    k.lowered_names = split_lowered_names(names);
     k.options = q.getColumn(3).getString();
     k.nvrtc_version = q.getColumn(4).getString();
     if (k.image.empty() || k.lowered_names.empty()) return std::nullopt;
@@ -631,11 +256,7 @@ std::optional<KernelImage> Store::read_kernel_locked(const KernelKey& key) {
     }
     return k;
   } catch (const SQLite::Exception& e) {
-    const int code = primary(e);
-    if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) {
-      fail(Health::Unusable, std::string("is damaged (") + e.what() + ")",
-           "Delete it (gnsilu starts a new one) or set GNSILU_CACHE to another file.");
-    }
+    failed(e, Access::LoadingKernel);
     return std::nullopt;
   }
 }
@@ -652,7 +273,7 @@ bool Store::put_kernel(const KernelKey& key, const KernelImage& k) {
     ins.bind(4, k.nvrtc_version);
     ins.bind(5, k.options);
     ins.bind(6, k.is_cubin ? 1 : 0);
-    const std::string names = join_names(k.lowered_names);
+    const std::string names = join_lowered_names(k.lowered_names);
     ins.bind(7, names);
     ins.bind(8, static_cast<const void*>(k.image.data()), static_cast<int>(k.image.size()));
     ins.bind(9, kernel_checksum(k.image, names));
@@ -682,7 +303,7 @@ std::vector<KernelKey> Store::kernel_keys() {
       out.push_back(KernelKey{q.getColumn(0).getInt(), q.getColumn(1).getString(), q.getColumn(2).getString()});
     }
   } catch (const SQLite::Exception& e) {
-    fail(Health::Unusable, std::string("cannot be read (") + e.what() + ")", "Check the file.");
+    failed(e, Access::Listing);
   }
   return out;
 }

@@ -1,8 +1,8 @@
-// One SQLite cache file: the versioned schema and its migrations, tuned configurations, compiled kernels and
-// tuning leases. Nothing here throws: a file that cannot be used (corrupt, truncated, made by a newer
-// gnsilu, unwritable, full, locked for too long) is reported once through the logger, with what to do, and
-// from then on the store answers "not found" (or refuses writes) while the library works from memory. The
-// store never deletes, rewrites or truncates a file it cannot use.
+// One SQLite cache file: the versioned schema and its migrations (schema.cpp), tuned configurations, compiled
+// kernels and tuning leases (store.cpp), opened and checked by store_open.cpp. Nothing here throws: a file that
+// cannot be used (corrupt, truncated, made by a newer gnsilu, unwritable, full, locked for too long) is reported
+// once through the logger, with what to do, and from then on the store answers "not found" (or refuses writes)
+// while the library works from memory. The store never deletes, rewrites or truncates a file it cannot use.
 #pragma once
 
 #include <atomic>
@@ -20,11 +20,13 @@
 
 namespace SQLite {
 class Database;
+class Exception;
 }
 
 namespace gnsilu::cache {
 
-constexpr int kSchemaVersion = 3;
+// 4: what an entry was tuned on is typed (tuned_dims, tuned_groups, path; schema.cpp).
+constexpr int kSchemaVersion = 4;
 
 class Store {
  public:
@@ -45,7 +47,8 @@ class Store {
 
   std::optional<TuningEntry> find_tuning(const TuningKey& key);
   // Replaces an entry with the same key. A key whose layout or activation is not one of the enums' values is
-  // refused (false; nothing written, the store stays writable): it could never be found again.
+  // refused (false; nothing written, the store stays writable): it could never be found again; so is an entry
+  // whose tuned shape would not read back as written (a path that is not one of Path's values, a dim below 1).
   bool put_tuning(const TuningEntry& entry);
   std::vector<TuningEntry> all_tuning();
   bool remove_tuning(const TuningKey& key);
@@ -90,6 +93,10 @@ class Store {
   Store(std::string path, int busy_timeout_ms, bool upgrade_copy);
   enum class Health { Ok, ReadOnly, Unusable };
   void fail(Health health, const std::string& what, const std::string& advice);
+  // What a failed SQLite call means for the store, by what it was doing (store_open.cpp): the one place that
+  // reads SQLite's result codes. `what` names what a write was saving.
+  enum class Access { Opening, Writing, Finding, Listing, LoadingKernel };
+  void failed(const SQLite::Exception& e, Access access, const char* what = "");
   void open(int busy_timeout_ms);
   bool run_write(const char* what, const std::function<void()>& body);
 

@@ -71,12 +71,6 @@ bool base64_decode(const std::string& text, std::vector<char>& out) {
   return true;
 }
 
-std::string join_lines(const std::vector<std::string>& lines) {
-  std::string out;
-  for (std::size_t i = 0; i < lines.size(); ++i) out += (i ? "\n" : "") + lines[i];
-  return out;
-}
-
 json entry_json(const TuningEntry& e) {
   json candidates = json::array();
   for (const auto& c : e.candidates) candidates.push_back(candidate_json(c));
@@ -85,7 +79,10 @@ json entry_json(const TuningEntry& e) {
           {"default_us", e.default_us},
           {"best_us", e.best_us},
           {"noise_us", e.noise_us},
-          {"tuned_shape", e.tuned_shape},
+          {"tuned_shape", e.tuned_shape.text()},
+          {"tuned_dims", e.tuned_shape.dims},
+          {"tuned_groups", e.tuned_shape.groups},
+          {"path", path_name(e.tuned_shape.path)},
           {"library_version", e.library_version},
           {"created_at", e.created_at},
           {"candidates", candidates}};
@@ -100,7 +97,7 @@ json kernel_json(const KernelRecord& k) {
           {"nvrtc_version", k.image.nvrtc_version},
           {"lowered_names", k.image.lowered_names},
           {"image", base64_encode(k.image.image)},
-          {"checksum", kernel_checksum(k.image.image, join_lines(k.image.lowered_names))}};
+          {"checksum", kernel_checksum(k.image.image, join_lowered_names(k.image.lowered_names))}};
 }
 
 // Field access that names what is wrong.
@@ -158,6 +155,26 @@ class Reader {
     if (!activation_from_name(s, a)) fail(where + ".activation", "\"" + s + "\" is not silu or none");
     return a;
   }
+  // What an entry was tuned on: "tuned_dims", "tuned_groups" and "path" where the file has them (written since
+  // schema 4); otherwise (files written before) read once from "tuned_shape" and the key's size class.
+  TunedShape tuned_shape(const json& object, const std::string& where, const std::string& size_class) const {
+    if (!object.is_object() || !object.contains("tuned_dims")) {
+      return tuned_shape_from_legacy(text(object, "tuned_shape", where), size_class);
+    }
+    TunedShape t;
+    const json& dims = field(object, "tuned_dims", where);
+    if (!dims.is_array()) fail(where + ".tuned_dims", "is not an array");
+    for (const auto& d : dims) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 1) {
+        fail(where + ".tuned_dims", "holds something other than positive whole numbers");
+      }
+      t.dims.push_back(d.get<int64_t>());
+    }
+    t.groups = integer(object, "tuned_groups", where, 0, std::numeric_limits<int64_t>::max());
+    const std::string p = text(object, "path", where);
+    if (!path_from_name(p, t.path)) fail(where + ".path", "\"" + p + "\" is not fused, split or auto");
+    return t;
+  }
   LaunchConfig config(const json& object, const char* name, const std::string& where) const {
     const json& v = field(object, name, where);
     const std::string here = where + "." + name;
@@ -202,7 +219,7 @@ TuningEntry parse_entry(const Reader& r, const json& j, const std::string& where
   e.default_us = r.number(j, "default_us", where);
   e.best_us = r.number(j, "best_us", where);
   e.noise_us = r.number(j, "noise_us", where);
-  e.tuned_shape = r.text(j, "tuned_shape", where);
+  e.tuned_shape = r.tuned_shape(j, where, e.key.size_class);
   e.library_version = r.text(j, "library_version", where);
   e.created_at = r.integer(j, "created_at", where, 0, std::numeric_limits<int64_t>::max());
   const json& cands = r.field(j, "candidates", where);
@@ -239,7 +256,7 @@ KernelRecord parse_kernel(const Reader& r, const json& j, const std::string& whe
   if (!base64_decode(r.text(j, "image", where), k.image.image) || k.image.image.empty()) {
     r.fail(where + ".image", "is not base64 of a kernel image");
   }
-  if (r.text(j, "checksum", where) != kernel_checksum(k.image.image, join_lines(k.image.lowered_names))) {
+  if (r.text(j, "checksum", where) != kernel_checksum(k.image.image, join_lowered_names(k.image.lowered_names))) {
     r.fail(where, "the kernel image does not match its checksum (damaged)");
   }
   return k;

@@ -37,6 +37,11 @@ constexpr std::string_view kExportFormat = "gnsilu-cache-export";
 // 2: keys carry "layout" and "activation". Version 1 files (without them) still read, as nchw / silu; a gnsilu
 // that reads only version 1 refuses version 2 files rather than take channels-last or plain GroupNorm entries
 // for channels-first GroupNorm+SiLU ones.
+// Entries also carry what they were tuned on, typed: "tuned_dims" (an array), "tuned_groups" and "path" ("fused",
+// "split"; "auto" when not recorded), beside the display text "tuned_shape" that every version has. They are
+// additions that readers of version 2 ignore, so the version stays 2; a file without them (version 1, or 2 as
+// written before schema 4) is read through its "tuned_shape" text and the key's size class
+// (tuned_shape_from_legacy).
 constexpr int kExportVersion = 2;
 
 // The export format's JSON of a key, a launch configuration and a candidate's timing (gnsilu-tune's --json

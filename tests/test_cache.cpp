@@ -55,7 +55,7 @@ TuningEntry entry(const TuningKey& k, int warps = 4) {
   e.default_us = 300.5;
   e.best_us = 250.25;
   e.noise_us = 2.5;
-  e.tuned_shape = "1x128x1024x1024 G=32";
+  e.tuned_shape = {{1, 128, 1024, 1024}, 32, gnsilu::Path::Split};
   e.library_version = "0.1.0";
   e.created_at = 1764430000;
   e.candidates = {{{16, 8, 1, 4}, 300.5, 2.0, 15, "ok"}, {{8, warps, 2, 8}, 250.25, 2.5, 15, "ok"},
@@ -250,7 +250,7 @@ TEST_CASE("schema 2 migrates to 3: rows keep their ids, timings and values, and 
   {
     Store s(path, Store::Mode::ReadWrite);
     REQUIRE(s.writable());
-    CHECK(s.schema_version() == 3);
+    CHECK(s.schema_version() == kSchemaVersion);
     const auto all = s.all_tuning();
     REQUIRE(all.size() == 2);
     for (const auto& e : all) {
@@ -258,7 +258,7 @@ TEST_CASE("schema 2 migrates to 3: rows keep their ids, timings and values, and 
       CHECK(e.key.activation == gnsilu::Activation::SiLU);
       CHECK(e.winner == gnsilu::LaunchConfig{8, 4, 2, 8});
       CHECK(e.best_us == 250.25);
-      CHECK(e.tuned_shape == "1x128x1024x1024 G=32");
+      CHECK(e.tuned_shape.text() == "1x128x1024x1024 G=32");
       REQUIRE(e.candidates.size() == 3);  // the timings still point at their rows
       CHECK(e.candidates[1].config.warps == 8);
       CHECK(e.candidates[2].status == "wrong output");
@@ -270,8 +270,8 @@ TEST_CASE("schema 2 migrates to 3: rows keep their ids, timings and values, and 
     CHECK(s.find_kernel({90, "v", "bf16-bf16-e16-w8-s1"}).has_value());
   }
   SQLite::Database db(path, SQLite::OPEN_READONLY);
-  CHECK(db.execAndGet("PRAGMA user_version").getInt() == 3);
-  CHECK(db.execAndGet("SELECT value FROM meta WHERE name = 'schema'").getString() == "3");
+  CHECK(db.execAndGet("PRAGMA user_version").getInt() == kSchemaVersion);
+  CHECK(db.execAndGet("SELECT value FROM meta WHERE name = 'schema'").getString() == std::to_string(kSchemaVersion));
   CHECK(db.execAndGet("PRAGMA integrity_check").getString() == "ok");
   CHECK_FALSE(db.tableExists("tuning_v3"));
   // Same row ids; the index of the timings is still there; the UNIQUE key holds the new columns.
@@ -341,6 +341,159 @@ TEST_CASE("layout and activation are key columns: an nhwc / none entry lives bes
   CHECK_FALSE(s.find_tuning(twin).has_value());
   CHECK(s.find_tuning(key(4)).has_value());
   CHECK(s.all_tuning().size() == 4);
+}
+
+TEST_CASE("shapes as text: one form, written and read by one pair of functions; the old tuned-shape text read once") {
+  CHECK(shape_to_text(std::vector<int64_t>{1, 512, 16384}) == "1x512x16384");
+  CHECK(shape_to_text(std::vector<int64_t>{}) == "");
+  CHECK(shape_from_text("1x512x16384") == std::vector<int64_t>{1, 512, 16384});
+  CHECK(shape_from_text("7") == std::vector<int64_t>{7});
+  CHECK(shape_from_text("1x0512") == std::vector<int64_t>{1, 512});
+  for (const char* bad : {"", "x", "1x", "x1", "1xx2", "1xax2", "1x-2", "1x+2", "1x0", "1 x2", "1x2 ", "99999999999999999999"}) {
+    CHECK_MESSAGE(!shape_from_text(bad).has_value(), bad);
+  }
+  std::string problem;
+  CHECK_FALSE(shape_from_text("1xax2", &problem).has_value());
+  CHECK(problem == "\"a\" is not a positive whole number");
+  CHECK_FALSE(shape_from_text("1x0", &problem).has_value());
+  CHECK(problem == "\"0\" is out of range");
+
+  const TunedShape split{{1, 512, 16384}, 32, gnsilu::Path::Split};
+  CHECK(split.text() == "1x512x16384 G=32");
+  CHECK(TunedShape{}.text() == "");
+  CHECK(fmt::format("tuned on {}", split) == "tuned on 1x512x16384 G=32");
+  std::ostringstream out;
+  out << split;
+  CHECK(out.str() == "1x512x16384 G=32");
+  CHECK(tuned_shape_from_legacy("1x512x16384 G=32", "dram-split") == split);
+  CHECK(tuned_shape_from_legacy("1x512x16384 G=32", "l2-fused") == TunedShape{{1, 512, 16384}, 32, gnsilu::Path::Fused});
+  for (const char* bad : {"s", "", "1x512x16384", "1x512 G=", "1x512 G=0", "1x512 G=3x4", "G=32", " G=32", "1x512 G=-1",
+                          "1x512  G=2", "1x512 G=2 "}) {
+    const TunedShape t = tuned_shape_from_legacy(bad, "dram-split");
+    CHECK_MESSAGE((t.dims.empty() && t.groups == 0 && t.path == gnsilu::Path::Split), bad);
+  }
+  gnsilu::Path path = gnsilu::Path::Auto;
+  CHECK(path_from_name("fused", path));
+  CHECK(path == gnsilu::Path::Fused);
+  CHECK(path_from_name(gnsilu::path_name(gnsilu::Path::Auto), path));
+  CHECK(path == gnsilu::Path::Auto);
+  CHECK_FALSE(path_from_name("Fused", path));
+  CHECK_FALSE(path_from_name("", path));
+}
+
+namespace {
+
+const char* const kSchema3Columns =
+    "device_name, device_arch, device_sms, device_memory_mib, device_l2_kib, code_version, channels_per_group, x_dtype, "
+    "y_dtype, size_class, layout, activation, elems_per_load, warps, stages, programs_per_sm, default_us, best_us, "
+    "noise_us, tuned_shape, library_version, created_at";
+
+// A row of the tuning table as the gnsilu of schema 3 wrote it: what the entry was tuned on only as text, the path
+// only in the size class.
+std::string schema_3_row(int64_t cpg, const std::string& size_class, const std::string& layout, const std::string& shape) {
+  return std::string("INSERT INTO tuning (") + kSchema3Columns + ") VALUES ('NVIDIA H200', 90, 132, 143771, 61440, " +
+         "'abc123-0011223344556677', " + std::to_string(cpg) + ", 'bf16', 'bf16', '" + size_class + "', '" + layout +
+         "', 'silu', 8, 4, 2, 8, 300.5, 250.25, 2.5, '" + shape + "', '0.1.0', 1764430000)";
+}
+
+TuningKey key_of(int64_t cpg, const std::string& size_class, gnsilu::Layout layout) {
+  TuningKey k = key(cpg);
+  k.size_class = size_class;
+  k.layout = layout;
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("schema 3 migrates to 4: what entries were tuned on becomes typed columns, read once from the text") {
+  TempDir dir("cache-test");
+  const std::string path = dir.file("v3.sqlite");
+  REQUIRE(Store::create_at_version(path, 3));
+  {
+    SQLite::Database db(path, SQLite::OPEN_READWRITE);
+    REQUIRE(db.execAndGet("PRAGMA user_version").getInt() == 3);
+    db.exec(schema_3_row(4, "dram-split", "nchw", "1x128x1024x1024 G=32"));
+    db.exec(schema_3_row(8, "l2-fused", "nhwc", "2x512x64x64 G=16"));
+    db.exec(schema_3_row(16, "dram-split", "nchw", "s"));  // text that never was a shape
+    for (int id = 1; id <= 3; ++id) {
+      db.exec("INSERT INTO timings (tuning_id, elems_per_load, warps, stages, programs_per_sm, median_us, noise_us, "
+              "samples, status) VALUES (" + std::to_string(id) + ", 16, 8, 1, 4, 260, 1.5, 9, 'ok')");
+    }
+    db.exec("PRAGMA journal_mode = DELETE");
+  }
+  // The entries as a reading command sees them (through an upgraded copy in memory: the file is not changed).
+  const std::string before = read_bytes(path);
+  std::vector<TuningEntry> copied;
+  {
+    const auto s = Store::read_upgraded(path);
+    REQUIRE(s->usable());
+    copied = s->all_tuning();
+  }
+  CHECK(read_bytes(path) == before);
+  REQUIRE(copied.size() == 3);
+  {
+    Store s(path, Store::Mode::ReadWrite);
+    REQUIRE(s.writable());
+    CHECK(s.schema_version() == kSchemaVersion);
+    const auto all = s.all_tuning();
+    REQUIRE(all.size() == 3);
+    for (std::size_t i = 0; i < all.size(); ++i) {  // the same entries from the migrated file as from the copy
+      CHECK(all[i].key == copied[i].key);
+      CHECK(all[i].winner == copied[i].winner);
+      CHECK(all[i].best_us == copied[i].best_us);
+      CHECK(all[i].tuned_shape == copied[i].tuned_shape);
+      CHECK(all[i].created_at == copied[i].created_at);
+      REQUIRE(all[i].candidates.size() == 1);
+      CHECK(all[i].candidates[0].config == gnsilu::LaunchConfig{16, 8, 1, 4});
+    }
+    CHECK(all[0].key == key(4));
+    CHECK(all[0].tuned_shape == TunedShape{{1, 128, 1024, 1024}, 32, gnsilu::Path::Split});
+    CHECK(all[0].tuned_shape.text() == "1x128x1024x1024 G=32");
+    CHECK(all[1].key == key_of(8, "l2-fused", gnsilu::Layout::ChannelsLast));
+    CHECK(all[1].tuned_shape == TunedShape{{2, 512, 64, 64}, 16, gnsilu::Path::Fused});
+    // Not known, but the entry and its winner stay.
+    CHECK(all[2].tuned_shape == TunedShape{{}, 0, gnsilu::Path::Split});
+    CHECK(all[2].winner == gnsilu::LaunchConfig{8, 4, 2, 8});
+    CHECK(s.find_tuning(key_of(8, "l2-fused", gnsilu::Layout::ChannelsLast))->tuned_shape == all[1].tuned_shape);
+  }
+  {
+    SQLite::Database db(path, SQLite::OPEN_READWRITE);
+    CHECK(db.execAndGet("PRAGMA user_version").getInt() == kSchemaVersion);
+    CHECK(db.execAndGet("PRAGMA integrity_check").getString() == "ok");
+    SQLite::Statement rows(db, "SELECT tuned_dims, tuned_groups, path, tuned_shape FROM tuning ORDER BY id");
+    std::vector<std::string> got;
+    while (rows.executeStep()) {
+      got.push_back(rows.getColumn(0).getString() + "|" + std::to_string(rows.getColumn(1).getInt64()) + "|" +
+                    rows.getColumn(2).getString() + "|" + rows.getColumn(3).getString());
+    }
+    CHECK(got == std::vector<std::string>{"1x128x1024x1024|32|split|1x128x1024x1024 G=32",
+                                          "2x512x64x64|16|fused|2x512x64x64 G=16", "|0|split|s"});
+    // A process of schema 3 that had the file open before the migration still saves as it did, without the typed
+    // columns: its entry reads through its text.
+    db.exec(schema_3_row(32, "l2-fused", "nchw", "1x64x32x32 G=8"));
+  }
+  Store s(path, Store::Mode::ReadWrite);
+  REQUIRE(s.writable());
+  const auto saved = s.find_tuning(key_of(32, "l2-fused", gnsilu::Layout::ChannelsFirst));
+  REQUIRE(saved.has_value());
+  CHECK(saved->tuned_shape == TunedShape{{1, 64, 32, 32}, 8, gnsilu::Path::Fused});
+  // What this gnsilu saves has both: the typed columns, and the text for such processes.
+  TuningEntry e = entry(key(64));
+  e.tuned_shape = {{1, 256, 4096}, 64, gnsilu::Path::Fused};
+  REQUIRE(s.put_tuning(e));
+  CHECK(s.find_tuning(key(64))->tuned_shape == e.tuned_shape);
+  {
+    SQLite::Database db(path, SQLite::OPEN_READONLY);
+    CHECK(db.execAndGet("SELECT tuned_dims || '|' || tuned_groups || '|' || path || '|' || tuned_shape FROM tuning "
+                        "WHERE channels_per_group = 64").getString() == "1x256x4096|64|fused|1x256x4096 G=64");
+  }
+  // An entry whose tuned shape would not read back as written is refused; the store stays writable.
+  e.tuned_shape.dims = {1, 0, 4096};
+  CHECK_FALSE(s.put_tuning(e));
+  e.tuned_shape = {{1, 256, 4096}, 64, static_cast<gnsilu::Path>(7)};
+  CHECK_FALSE(s.put_tuning(e));
+  CHECK(s.writable());
+  CHECK(s.find_tuning(key(64))->tuned_shape == TunedShape{{1, 256, 4096}, 64, gnsilu::Path::Fused});
 }
 
 TEST_CASE("an older schema read-only: refused as before; read_upgraded reads it through a copy, never writing") {

@@ -40,7 +40,7 @@ TuningEntry entry(const TuningKey& k, int warps, double noise, int ok_candidates
   e.default_us = 300;
   e.best_us = 250;
   e.noise_us = noise;
-  e.tuned_shape = "1x512x16384 G=32";
+  e.tuned_shape = {{1, 512, 16384}, 32, gnsilu::Path::Split};
   e.library_version = "0.1.0";
   e.created_at = created;
   for (int i = 0; i < ok_candidates; ++i) e.candidates.push_back({{16, 8, 1, 4}, 260.0 + i, 1.5, 9, "ok"});
@@ -210,6 +210,70 @@ TEST_CASE("an export written before keys had layouts (format version 1) reads as
   const MergeReport r = merge(today, back);
   CHECK(r.added == 2);
   CHECK(r.conflicts.empty());
+}
+
+TEST_CASE("what an entry was tuned on is exported typed, and read from its text in files without the typed fields") {
+  TuningEntry fused = entry(key(16), 4, 1.0);
+  fused.key.size_class = "l2-fused";
+  fused.tuned_shape = {{2, 256, 4096}, 8, gnsilu::Path::Fused};
+  Bundle b;
+  b.tuning = {entry(key(4), 8, 1.0), fused};
+  const std::string text = export_text(b);
+  nlohmann::json doc = nlohmann::json::parse(text);
+  CHECK(doc["format_version"] == 2);
+  CHECK(doc["tuning"][0]["tuned_shape"] == "1x512x16384 G=32");  // the display text, as before
+  CHECK(doc["tuning"][1]["tuned_shape"] == "2x256x4096 G=8");
+  CHECK(doc["tuning"][1]["tuned_dims"] == nlohmann::json::array({2, 256, 4096}));
+  CHECK(doc["tuning"][1]["tuned_groups"] == 8);
+  CHECK(doc["tuning"][1]["path"] == "fused");
+  const Bundle back = parse_export(text, "e.json");
+  REQUIRE(back.tuning.size() == 2);
+  CHECK(back.tuning[0].tuned_shape == b.tuning[0].tuned_shape);
+  CHECK(back.tuning[1].tuned_shape == fused.tuned_shape);
+  // Files written before the typed fields (version 1, and version 2 before schema 4): read from "tuned_shape"
+  // and the size class.
+  for (auto& e : doc["tuning"]) {
+    REQUIRE(e.erase("tuned_dims") == 1);
+    REQUIRE(e.erase("tuned_groups") == 1);
+    REQUIRE(e.erase("path") == 1);
+  }
+  for (int version : {2, 1}) {
+    doc["format_version"] = version;
+    const Bundle old = parse_export(doc.dump(), "old.json");
+    REQUIRE(old.tuning.size() == 2);
+    CHECK(old.tuning[0].tuned_shape == b.tuning[0].tuned_shape);
+    CHECK(old.tuning[1].tuned_shape == fused.tuned_shape);
+  }
+  doc["tuning"][1]["tuned_shape"] = "a shape";
+  CHECK(parse_export(doc.dump(), "old.json").tuning[1].tuned_shape == TunedShape{{}, 0, gnsilu::Path::Fused});
+  // The typed fields are checked like the others.
+  auto message = [&](const nlohmann::json& j) {
+    try {
+      parse_export(j.dump(), "in.json");
+    } catch (const TransferError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  nlohmann::json bad = nlohmann::json::parse(text);
+  bad["tuning"][1]["path"] = "sideways";
+  CHECK(message(bad).find("in.json: tuning[1].path: \"sideways\"") != std::string::npos);
+  bad["tuning"][1].erase("path");
+  CHECK(message(bad).find("in.json: tuning[1]: has no \"path\"") != std::string::npos);
+  bad = nlohmann::json::parse(text);
+  bad["tuning"][1]["tuned_dims"] = nlohmann::json::array({2, 0});
+  CHECK(message(bad).find("in.json: tuning[1].tuned_dims") != std::string::npos);
+  bad["tuning"][1]["tuned_dims"] = "2x256";
+  CHECK(message(bad).find("in.json: tuning[1].tuned_dims: is not an array") != std::string::npos);
+  bad = nlohmann::json::parse(text);
+  bad["tuning"][1]["tuned_groups"] = "8";
+  CHECK(message(bad).find("in.json: tuning[1].tuned_groups") != std::string::npos);
+  // Through a store and back.
+  TempDir dir("transfer-test");
+  Store s(dir.file("c.sqlite"), Store::Mode::ReadWrite);
+  CHECK(merge_into(s, back).added == 2);
+  CHECK(s.find_tuning(fused.key)->tuned_shape == fused.tuned_shape);
+  CHECK(bundle_of(s, false).tuning[0].tuned_shape == b.tuning[0].tuned_shape);
 }
 
 TEST_CASE("entries differing only in layout or activation are different keys when merging") {

@@ -74,7 +74,7 @@ TuningEntry entry(const TuningKey& k, int warps, double noise) {
   e.default_us = 300;
   e.best_us = 250;
   e.noise_us = noise;
-  e.tuned_shape = "1x512x16384 G=32";
+  e.tuned_shape = {{1, 512, 16384}, 32, gnsilu::Path::Split};
   e.library_version = "0.1.0";
   e.created_at = 1700000000;
   e.candidates = {{{16, 4, 2, 8}, 300, 2, 9, "ok"}, {{16, warps, 1, 4}, 250, 1, 9, "ok"},
@@ -532,6 +532,10 @@ TEST_CASE("a cache file of schema 2 is listed, shown, exported and imported with
   CHECK(j["entries"][0]["key"]["activation"] == "silu");
   CHECK(j["entries"][0]["winner"]["warps"] == 8);
   CHECK(j["entries"][0]["current"] == true);
+  CHECK(j["entries"][0]["tuned_shape"] == "1x512x16384 G=32");  // read once from the text into typed fields
+  CHECK(j["entries"][0]["tuned_dims"] == json::array({1, 512, 16384}));
+  CHECK(j["entries"][0]["tuned_groups"] == 32);
+  CHECK(j["entries"][0]["path"] == "split");
   r = tune(dir, "show 1 --cache v2.sqlite --json");
   REQUIRE_MESSAGE(r.code == 0, r.err);
   CHECK(r.doc()["candidates"].size() == 1);

@@ -200,3 +200,25 @@ TEST_CASE("the tuning slice: whole tensors, whole samples, or the first groups")
   const Geometry huge = make_geometry(std::vector<int64_t>{1, 64, 8192, 8192}, 1);
   CHECK_FALSE(tuning_slice(huge, 4, 4, 256 * mib, shape, groups));
 }
+
+TEST_CASE("a tuning's outcome becomes its cache entry in one place, entry_of") {
+  FakeBackend fake;
+  fake.by_warps[8] = {100, 0.5};
+  fake.by_warps[4] = {80, 0.5};
+  for (int w : {16, 2, 1}) fake.by_warps[w] = {120, 0.5};
+  const TuneOutcome o = select_config(kCandidates, fake, fast_budget());
+  gnsilu::cache::TuningKey key;
+  key.channels_per_group = 4;
+  key.size_class = "dram-split";
+  const gnsilu::cache::TunedShape shape{{1, 64, 4096}, 16, gnsilu::Path::Split};
+  const gnsilu::cache::TuningEntry e = entry_of(key, o, shape);
+  CHECK(e.key.text() == key.text());
+  CHECK(e.winner == o.winner);
+  CHECK(e.default_us == o.default_us);
+  CHECK(e.best_us == o.best_us);
+  CHECK(e.noise_us == o.noise_us);
+  CHECK(e.candidates.size() == o.candidates.size());
+  CHECK(e.tuned_shape == shape);
+  CHECK(e.library_version == gnsilu::version());
+  CHECK(e.created_at > 0);
+}

@@ -99,20 +99,13 @@ LaunchConfig parse_config(const std::string& text) {
 }
 
 std::vector<int64_t> parse_shape(const std::string& text) {
-  std::vector<int64_t> dims;
-  std::stringstream in(text);
-  for (std::string d; std::getline(in, d, 'x');) dims.push_back(std::stoll(d));
-  return dims;
+  std::string problem;
+  auto dims = gnsilu::cache::shape_from_text(text, &problem);
+  if (!dims) throw std::runtime_error("bad shape \"" + text + "\": " + problem);
+  return *dims;
 }
 
-std::string shape_text(const std::vector<int64_t>& dims) {
-  std::string out;
-  for (auto d : dims) {
-    if (!out.empty()) out += 'x';
-    out += std::to_string(d);
-  }
-  return out;
-}
+std::string shape_text(const std::vector<int64_t>& dims) { return gnsilu::cache::shape_to_text(dims); }
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -184,10 +177,12 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-struct Buffer {
+struct Buffer {  // device memory, owned: freed once, never copied
   CUdeviceptr ptr = 0;
   std::size_t bytes = 0;
   explicit Buffer(std::size_t n) : bytes(n) { GNSILU_CU(drv().cuMemAlloc_v2(&ptr, n)); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
   ~Buffer() {
     if (ptr) drv().cuMemFree_v2(ptr);
   }
@@ -196,15 +191,13 @@ struct Buffer {
 
 // Times `body` (which enqueues work on `stream`) with events, L2 flushed before each run; median in us.
 struct Timer {
-  CUstream stream = nullptr;
-  CUevent start = nullptr, stop = nullptr;
+  gd::UniqueStream owned_stream = gd::make_stream();
+  gd::UniqueEvent owned_start = gd::make_event(), owned_stop = gd::make_event();
+  CUstream stream = owned_stream.get();
+  CUevent start = owned_start.get(), stop = owned_stop.get();
   Buffer flush;
   unsigned char byte = 0;
-  explicit Timer(std::size_t l2) : flush(std::max<std::size_t>(2 * l2, 1 << 20)) {
-    GNSILU_CU(drv().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
-    GNSILU_CU(drv().cuEventCreate(&start, CU_EVENT_DEFAULT));
-    GNSILU_CU(drv().cuEventCreate(&stop, CU_EVENT_DEFAULT));
-  }
+  explicit Timer(std::size_t l2) : flush(std::max<std::size_t>(2 * l2, 1 << 20)) {}
   template <typename F>
   double median_us(int repeats, F&& body) {
     body();  // warm-up

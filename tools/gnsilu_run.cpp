@@ -19,6 +19,7 @@
 #include "kernels/gnsilu_math.cuh"
 #include "runtime/kernels.hpp"
 #include "runtime/modules.hpp"
+#include "runtime/workspace.hpp"
 
 namespace {
 
@@ -80,11 +81,9 @@ int run_on_gpu() {
   gnsilu::reference_group_norm_silu(p);
   std::printf("CPU reference: %.2f s\n", seconds_since(t));
 
-  CUdeviceptr dx = 0, dy = 0, dw = 0, db = 0;
-  GNSILU_CU(d.cuMemAlloc_v2(&dx, 2 * n));
-  GNSILU_CU(d.cuMemAlloc_v2(&dy, 2 * n));
-  GNSILU_CU(d.cuMemAlloc_v2(&dw, 4 * 128));
-  GNSILU_CU(d.cuMemAlloc_v2(&db, 4 * 128));
+  const gnsilu::detail::DeviceBuffer x_buffer(context, 2 * n), y_buffer(context, 2 * n),
+      w_buffer(context, 4 * 128), b_buffer(context, 4 * 128);
+  const CUdeviceptr dx = x_buffer.get(), dy = y_buffer.get(), dw = w_buffer.get(), db = b_buffer.get();
   GNSILU_CU(d.cuMemcpyHtoD_v2(dx, x.data(), 2 * n));
   GNSILU_CU(d.cuMemcpyHtoD_v2(dw, weight.data(), 4 * 128));
   GNSILU_CU(d.cuMemcpyHtoD_v2(db, bias.data(), 4 * 128));
@@ -93,9 +92,9 @@ int run_on_gpu() {
   p.weight = reinterpret_cast<void*>(dw);
   p.bias = reinterpret_cast<void*>(db);
 
-  CUevent start = nullptr, stop = nullptr;
-  GNSILU_CU(d.cuEventCreate(&start, CU_EVENT_DEFAULT));
-  GNSILU_CU(d.cuEventCreate(&stop, CU_EVENT_DEFAULT));
+  const gnsilu::detail::UniqueEvent start_event = gnsilu::detail::make_event(),
+                                    stop_event = gnsilu::detail::make_event();
+  CUevent start = start_event.get(), stop = stop_event.get();
   gnsilu::group_norm_silu(p);  // first call: module load, workspace
   GNSILU_CU(d.cuCtxSynchronize());
   std::vector<float> times;
@@ -114,9 +113,6 @@ int run_on_gpu() {
   for (std::size_t i = 0; i < n; ++i) differ += y[i] != expected[i];
   std::printf("1x128x1024x1024 bf16, 32 groups: %.1f us (median of 20, warm L2), %zu of %zu outputs differ from the CPU reference\n",
               1000.0 * times[times.size() / 2], differ, n);
-  d.cuEventDestroy_v2(start);
-  d.cuEventDestroy_v2(stop);
-  for (CUdeviceptr ptr : {dx, dy, dw, db}) d.cuMemFree_v2(ptr);
   return differ == 0 ? 0 : 1;
 }
 

@@ -93,15 +93,17 @@ CompiledProgram compile(const CompileRequest& request) {
 
   const EmbeddedFile* main_file = find_file("group_norm_silu.cu");
   if (main_file == nullptr) throw Error(Status::Internal, "gnsilu: group_norm_silu.cu is not embedded");
+  const bool own_source = !request.source.empty();
   std::vector<const char*> header_texts;
   std::vector<const char*> header_names;
   for (std::size_t i = 0; i < kKernelFileCount; ++i) {
-    if (&kKernelFiles[i] == main_file) continue;
+    if (&kKernelFiles[i] == main_file && !own_source) continue;
     header_texts.push_back(kKernelFiles[i].text);
     header_names.push_back(kKernelFiles[i].name);
   }
   nvrtcProgram raw = nullptr;
-  GNSILU_NVRTC(nvrtcCreateProgram(&raw, main_file->text, main_file->name, static_cast<int>(header_texts.size()),
+  GNSILU_NVRTC(nvrtcCreateProgram(&raw, own_source ? request.source.c_str() : main_file->text,
+                                  own_source ? "program.cu" : main_file->name, static_cast<int>(header_texts.size()),
                                   header_texts.data(), header_names.data()));
   Program program(raw);
   std::vector<std::string> unique_names;

@@ -11,6 +11,9 @@ struct CompileRequest {
   int arch = 90;                             // compute capability * 10 (75, 80, 86, 89, 90, ...)
   std::vector<std::string> names;            // name expressions, e.g. "gnsilu::kernel::finalize<8>"
   std::vector<std::string> extra_options;    // appended to the fixed options (e.g. "--ptxas-options=-v")
+  // Empty: the library's kernels (group_norm_silu.cu). Else a program of its own (a test's), compiled with every
+  // kernel file available to #include, group_norm_silu.cu too.
+  std::string source;
 };
 
 struct CompiledProgram {

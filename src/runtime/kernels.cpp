@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "base/errors.hpp"
+#include "base/hash.hpp"
 #include "base/launch_config.hpp"
 #include "runtime/kernel_sources.hpp"
 
@@ -94,14 +95,9 @@ const std::string& code_version() {
       if (o.rfind("--gpu-architecture", 0) != 0) text += "|" + o;
     }
     text += "|nvrtc " + nvrtc_version();
-    uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
-    for (unsigned char c : text) {
-      h ^= c;
-      h *= 1099511628211ull;
-    }
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-    return std::string(kKernelSourceHash).substr(0, 12) + "-" + hex;
+    Fnv1a hash;
+    hash.add(text);
+    return std::string(kKernelSourceHash).substr(0, 12) + "-" + hash.hex();
   }();
   return version;
 }

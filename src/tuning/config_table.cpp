@@ -1,54 +1,19 @@
 #include "tuning/config_table.hpp"
 
-#include <unistd.h>
-
-#include <chrono>
-#include <cstdlib>
-#include <ctime>
 #include <future>
 #include <mutex>
 #include <shared_mutex>
-#include <sstream>
-#include <thread>
 #include <unordered_map>
 
-#include "cache/cache.hpp"
-#include "cache/lease.hpp"
+#include "base/hash.hpp"
 #include "base/driver.hpp"
 #include "base/errors.hpp"
-#include "runtime/kernels.hpp"
+#include "base/launch_config.hpp"
 #include "base/log.hpp"
-#include "runtime/modules.hpp"
-#include "tuning/tuner.hpp"
+#include "cache/cache.hpp"
 
 namespace gnsilu::detail {
 namespace {
-
-constexpr std::size_t kMaxScratchBytes = std::size_t{256} << 20;
-
-std::size_t env_bytes(const char* name, std::size_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const unsigned long long parsed = std::strtoull(v, &end, 10);
-  return end != v ? static_cast<std::size_t>(parsed) : fallback;
-}
-
-TunePolicy policy_from_environment() {
-  const char* v = std::getenv("GNSILU_TUNE");
-  if (v == nullptr || *v == '\0') return TunePolicy::OnFirstUse;
-  const std::string s(v);
-  if (s == "on" || s == "auto" || s == "1") return TunePolicy::OnFirstUse;
-  if (s == "cached") return TunePolicy::CachedOnly;
-  if (s == "off" || s == "never" || s == "0") return TunePolicy::Never;
-  logger().warn("GNSILU_TUNE={} is not one of on, cached, off; tuning on first use", s);
-  return TunePolicy::OnFirstUse;
-}
-
-std::atomic<int>& policy_slot() {
-  static std::atomic<int> slot{static_cast<int>(policy_from_environment())};
-  return slot;
-}
 
 // The in-memory key: plain values, hashed without allocating.
 struct FastKey {
@@ -65,17 +30,13 @@ struct FastKey {
 
 struct FastKeyHash {
   std::size_t operator()(const FastKey& k) const noexcept {
-    uint64_t h = 1469598103934665603ull;
-    auto mix = [&](uint64_t v) {
-      h ^= v;
-      h *= 1099511628211ull;
-    };
-    mix(static_cast<uint64_t>(k.device));
-    mix(static_cast<uint64_t>(k.channels_per_group));
-    mix(static_cast<uint64_t>(k.x) | static_cast<uint64_t>(k.y) << 8 | static_cast<uint64_t>(k.size_class) << 16 |
+    Fnv1a h;
+    h.add_word(static_cast<uint64_t>(k.device));
+    h.add_word(static_cast<uint64_t>(k.channels_per_group));
+    h.add_word(static_cast<uint64_t>(k.x) | static_cast<uint64_t>(k.y) << 8 | static_cast<uint64_t>(k.size_class) << 16 |
         static_cast<uint64_t>(k.small) << 24 | static_cast<uint64_t>(k.path) << 32 |
         static_cast<uint64_t>(k.layout) << 40 | static_cast<uint64_t>(k.activation) << 48);
-    return static_cast<std::size_t>(h);
+    return static_cast<std::size_t>(h.value());
   }
 };
 
@@ -90,163 +51,15 @@ Table& table() {
   return *t;
 }
 
-std::size_t call_bytes(const Call& c) {
-  return static_cast<std::size_t>(c.geometry.numel) * (dtype_size(c.problem.x_dtype) + dtype_size(c.problem.y_dtype));
-}
-
-std::string shape_text(std::span<const int64_t> shape, int64_t groups) {
-  std::string out;
-  for (auto d : shape) {
-    if (!out.empty()) out += 'x';
-    out += std::to_string(d);
-  }
-  return out + " G=" + std::to_string(groups);
-}
-
-// Times the candidates on (a slice of) this call's x; returns the cache entry to store.
-cache::TuningEntry tune(const Call& call, const cache::TuningKey& key) {
-  std::vector<int64_t> shape;
-  int64_t groups = 0;
-  tuning_slice_of(call.geometry, call.problem.x_dtype, call.problem.y_dtype, shape, groups);
-  Problem slice = call.problem;
-  slice.shape = shape;
-  slice.num_groups = groups;
-  const Geometry g = make_geometry(shape, groups, call.geometry.layout);
-
-  // The path's default first: the tuner keeps it unless a candidate is clearly faster.
-  std::vector<LaunchConfig> candidates{default_config(call.path)};
-  for (const auto& c : candidate_configs())
-    if (!(c == candidates[0])) candidates.push_back(c);
-  // Compile every candidate first, in parallel (a later process finds them in the cache file).
-  std::vector<std::thread> compilers;
-  for (const auto& c : candidates) {
-    compilers.emplace_back([&, c] {
-      try {
-        compiled_for(call.device.arch(), Variant{slice.x_dtype, slice.y_dtype, c, g.layout, slice.activation});
-      } catch (const Error&) {
-        // select_config reports the failure when it prepares this candidate
-      }
-    });
-  }
-  for (auto& t : compilers) t.join();
-
-  GpuBackend backend(Call{slice, g, call.device, call.context, call.stream, call.path}, candidates[0]);
-  const TuneOutcome outcome = select_config(candidates, backend, TuneBudget{});
-  cache::TuningEntry e;
-  e.key = key;
-  e.winner = outcome.winner;
-  e.default_us = outcome.default_us;
-  e.best_us = outcome.best_us;
-  e.noise_us = outcome.noise_us;
-  e.candidates = outcome.candidates;
-  e.tuned_shape = shape_text(shape, groups);
-  e.library_version = version();
-  e.created_at = static_cast<int64_t>(std::time(nullptr));
-  return e;
-}
-
-bool valid(const LaunchConfig& c) {
-  try {
-    check_config(c);
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
-}
-
-// The cache files' entry for `key` when its winner is a valid configuration (counted as found).
-std::optional<cache::TuningEntry> usable_entry(cache::LayeredCache& store, const cache::TuningKey& key) {
-  auto e = store.find_tuning(key);
-  if (!e || !valid(e->winner)) return std::nullopt;
-  counters().found_in_cache++;
-  return e;
-}
-
-// Who holds `lease` in the user file now, for waiting lines and messages ("pid 1234 on host, since 12 s").
-std::string lease_holder_text(cache::Store& user, const std::string& lease) {
-  const auto held = user.lease(lease);
-  return held ? cache::describe_owner(held->owner, cache::unix_now()) : std::string("an unknown process");
-}
-
-// Tunes `key` unless another live process holds its lease in the user file; then waits up to `wait.wait_seconds`
-// for that process's entry, claiming again every half second (the lease is taken over when its holder has died
-// or stopped renewing it). Stores what it tunes.
-WarmResult tune_under_lease(const Call& call, const cache::TuningKey& key, cache::LayeredCache& store,
-                            const WaitOptions& wait) {
-  WarmResult r;
-  r.key = key;
-  cache::Store* user = store.user();
-  const std::string owner = cache::LeaseHolder::self().text();
-  const std::string lease = key.text();
-  cache::Store::Claim claim = cache::Store::Claim::Unavailable;
-  if (user != nullptr && user->writable()) claim = user->claim(lease, owner, cache::kLeaseSeconds);
-  const auto started = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
-  if (claim == cache::Store::Claim::HeldByOther) {
-    counters().waited_for_other_process++;
-    const auto deadline = started + std::chrono::duration<double>(std::max(0.0, wait.wait_seconds));
-    auto next_claim = started;
-    while (claim == cache::Store::Claim::HeldByOther) {
-      if (auto e = usable_entry(store, key)) {
-        r.outcome = WarmResult::Outcome::TunedElsewhere;
-        r.entry = std::move(e);
-        r.seconds = elapsed();
-        return r;
-      }
-      const auto now = std::chrono::steady_clock::now();
-      if (now >= deadline) break;
-      if (now >= next_claim) {
-        next_claim = now + std::chrono::milliseconds(500);
-        claim = user->claim(lease, owner, cache::kLeaseSeconds);  // takes over a dead or silent holder
-        if (claim != cache::Store::Claim::HeldByOther) break;
-        if (wait.waiting) wait.waiting(lease_holder_text(*user, lease), elapsed());
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (claim == cache::Store::Claim::HeldByOther) {
-      r.outcome = WarmResult::Outcome::HeldByOther;
-      r.message = "another process holds the tuning lease (" + lease_holder_text(*user, lease) + ")";
-      r.seconds = elapsed();
-      return r;
-    }
-  }
-  if (claim == cache::Store::Claim::Acquired) {
-    // Another process may have stored the entry and released the lease between this process's lookup and
-    // its claim: look again before tuning, or the key is tuned twice.
-    if (auto e = usable_entry(store, key)) {
-      user->release(lease, owner);
-      r.outcome = WarmResult::Outcome::TunedElsewhere;
-      r.entry = std::move(e);
-      r.seconds = elapsed();
-      return r;
-    }
-  }
-  std::optional<cache::LeaseHeartbeat> heartbeat;
-  if (claim == cache::Store::Claim::Acquired) heartbeat.emplace(user->path(), lease, owner);
-  try {
-    cache::TuningEntry entry = tune(call, key);
-    r.seconds = elapsed();
-    store.put_tuning(entry);
-    heartbeat.reset();
-    if (claim == cache::Store::Claim::Acquired) user->release(lease, owner);
-    counters().tuned++;
-    logger().info("tuned {} on {} in {:.2f} s: {} at {:.1f} us (default {:.1f} us, noise {:.1f} us)", key.text(),
-                  entry.tuned_shape, r.seconds, to_string(entry.winner), entry.best_us, entry.default_us,
-                  entry.noise_us);
-    r.outcome = WarmResult::Outcome::Tuned;
-    r.entry = std::move(entry);
-  } catch (const Error& e) {
-    heartbeat.reset();
-    if (claim == cache::Store::Claim::Acquired) user->release(lease, owner);
-    r.outcome = WarmResult::Outcome::Failed;
-    r.message = e.what();
-    r.seconds = elapsed();
-  }
-  return r;
+bool capturing(const Call& call, const TuningHooks& hooks) {
+  if (hooks.capturing) return hooks.capturing(call);
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  driver().cuStreamIsCapturing(call.stream, &capture);
+  return capture != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 // The slow path, once per key per process. `remember` says whether the answer may stay in memory.
-LaunchConfig resolve(const Call& call, TunePolicy policy, bool small, bool& remember) {
+LaunchConfig resolve(const Call& call, TunePolicy policy, bool small, bool& remember, const TuningHooks& hooks) {
   const LaunchConfig fallback = default_config(call.path);
   if (policy == TunePolicy::Never) {
     remember = false;
@@ -255,9 +68,7 @@ LaunchConfig resolve(const Call& call, TunePolicy policy, bool small, bool& reme
   const cache::TuningKey key = tuning_key(call);
   auto store = cache::process_cache();
   if (auto e = usable_entry(*store, key)) return e->winner;
-  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  driver().cuStreamIsCapturing(call.stream, &capture);
-  if (policy == TunePolicy::CachedOnly || capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+  if (policy == TunePolicy::CachedOnly || capturing(call, hooks)) {
     remember = false;  // a later call under another policy, or outside the capture, may tune
     counters().defaulted++;
     return fallback;
@@ -268,8 +79,8 @@ LaunchConfig resolve(const Call& call, TunePolicy policy, bool small, bool& reme
   }
 
   WaitOptions wait;
-  wait.wait_seconds = static_cast<double>(env_bytes("GNSILU_TUNE_WAIT_MS", 3000)) / 1000.0;
-  const WarmResult r = tune_under_lease(call, key, *store, wait);
+  wait.wait_seconds = first_use_wait_seconds();
+  const WarmResult r = tune_under_lease(call, key, *store, wait, hooks);
   if (r.entry) return r.entry->winner;
   if (r.outcome == WarmResult::Outcome::HeldByOther) {
     logger().info("another process is tuning {}; this process uses the default configuration", key.text());
@@ -280,51 +91,15 @@ LaunchConfig resolve(const Call& call, TunePolicy policy, bool small, bool& reme
   return fallback;
 }
 
-}  // namespace
-
-TunePolicy process_tune_policy() { return static_cast<TunePolicy>(policy_slot().load()); }
-void set_process_tune_policy(TunePolicy policy) { policy_slot().store(static_cast<int>(policy)); }
-
-cache::DeviceIdentity identity_of(const DeviceInfo& device) {
-  cache::DeviceIdentity id;
-  id.name = device.name;
-  id.arch = device.arch();
-  id.sms = device.sms;
-  id.memory_mib = static_cast<int64_t>(device.total_memory >> 20);
-  id.l2_kib = device.l2_bytes >> 10;
-  return id;
-}
-
-cache::TuningKey tuning_key(const DeviceInfo& device, const Geometry& g, DType x, DType y, Path path,
-                            Activation activation) {
-  cache::TuningKey k;
-  k.device = identity_of(device);
-  k.code_version = code_version();
-  k.channels_per_group = g.channels_per_group;
-  k.x_dtype = x;
-  k.y_dtype = y;
-  k.layout = g.layout;
-  k.activation = activation;
-  k.size_class = cache::size_class_of(static_cast<std::size_t>(g.numel) * (dtype_size(x) + dtype_size(y)),
-                                      static_cast<std::size_t>(device.l2_bytes), path_name(path));
-  return k;
-}
-
-cache::TuningKey tuning_key(const Call& call) {
-  return tuning_key(call.device, call.geometry, call.problem.x_dtype, call.problem.y_dtype, call.path,
-                    call.problem.activation);
-}
-
-LaunchConfig config_for(const Call& call, TunePolicy policy) {
-  const std::size_t bytes = call_bytes(call);
-  // Read once: this is the hot path of every call.
-  static const std::size_t min_tune_bytes = env_bytes("GNSILU_TUNE_MIN_BYTES", std::size_t{8} << 20);
-  const bool small = bytes < min_tune_bytes;
+// `hooks` null: the GPU's (looked up only on a miss).
+LaunchConfig lookup(const Call& call, TunePolicy policy, const TuningHooks* hooks) {
+  const std::size_t bytes = activation_bytes(call);
+  const bool small = bytes < min_tune_bytes();  // read once: this is the hot path of every call
   const FastKey key{call.device.device,
                     call.geometry.channels_per_group,
                     static_cast<int8_t>(call.problem.x_dtype),
                     static_cast<int8_t>(call.problem.y_dtype),
-                    static_cast<int8_t>(bytes <= static_cast<std::size_t>(call.device.l2_bytes) ? 0 : 1),
+                    static_cast<int8_t>(fits_l2(bytes, call.device) ? 0 : 1),
                     static_cast<int8_t>(small),
                     static_cast<int8_t>(call.path),
                     static_cast<int8_t>(call.geometry.layout),
@@ -349,7 +124,7 @@ LaunchConfig config_for(const Call& call, TunePolicy policy) {
       bool remember = true;
       LaunchConfig result = default_config(call.path);
       try {
-        result = resolve(call, policy, small, remember);
+        result = resolve(call, policy, small, remember, hooks != nullptr ? *hooks : gpu_hooks());
       } catch (const std::exception& e) {
         logger().warn("choosing a launch configuration failed ({}); using the default", e.what());
         remember = false;
@@ -364,30 +139,12 @@ LaunchConfig config_for(const Call& call, TunePolicy policy) {
   return future.get();  // another thread of this process is resolving the same key
 }
 
-void tuning_slice_of(const Geometry& geometry, DType x, DType y, std::vector<int64_t>& shape, int64_t& groups) {
-  const Driver& d = driver();
-  std::size_t free_bytes = 0, total = 0;
-  GNSILU_CU(d.cuMemGetInfo_v2(&free_bytes, &total));
-  const std::size_t budget = std::min(kMaxScratchBytes, free_bytes / 4);
-  if (!tuning_slice(geometry, dtype_size(x), dtype_size(y), budget, shape, groups)) {
-    throw Error(Status::OutOfMemory, "gnsilu: one group needs more scratch memory than tuning may use (" +
-                                         std::to_string(budget >> 20) + " MiB)");
-  }
-}
+}  // namespace
 
-WarmResult warm_key(const Call& call, bool retune, const WaitOptions& wait) {
-  const cache::TuningKey key = tuning_key(call);
-  auto store = cache::process_cache();
-  if (!retune) {
-    if (auto e = usable_entry(*store, key)) {
-      WarmResult r;
-      r.outcome = WarmResult::Outcome::Cached;
-      r.key = key;
-      r.entry = std::move(e);
-      return r;
-    }
-  }
-  return tune_under_lease(call, key, *store, wait);
+LaunchConfig config_for(const Call& call, TunePolicy policy) { return lookup(call, policy, nullptr); }
+
+LaunchConfig config_for(const Call& call, TunePolicy policy, const TuningHooks& hooks) {
+  return lookup(call, policy, &hooks);
 }
 
 void clear_config_table() {

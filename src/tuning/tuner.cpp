@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <string>
+#include <utility>
 
 #include "base/driver.hpp"
 #include "base/errors.hpp"
@@ -138,6 +140,20 @@ TuneOutcome select_config(std::span<const LaunchConfig> configs, TuneBackend& ba
     out.candidates.push_back(std::move(t));
   }
   return out;
+}
+
+cache::TuningEntry entry_of(const cache::TuningKey& key, const TuneOutcome& outcome, cache::TunedShape tuned_shape) {
+  cache::TuningEntry e;
+  e.key = key;
+  e.winner = outcome.winner;
+  e.default_us = outcome.default_us;
+  e.best_us = outcome.best_us;
+  e.noise_us = outcome.noise_us;
+  e.candidates = outcome.candidates;
+  e.tuned_shape = std::move(tuned_shape);
+  e.library_version = version();
+  e.created_at = static_cast<int64_t>(std::time(nullptr));
+  return e;
 }
 
 bool tuning_slice(const Geometry& g, std::size_t x_size, std::size_t y_size, std::size_t max_bytes,

@@ -49,6 +49,11 @@ struct TuneOutcome {
   std::vector<cache::CandidateTiming> candidates;
 };
 
+// The cache entry for `key` from a tuning's outcome, timed on `tuned_shape` (the tuning slice: its dims, groups
+// and the path it ran), stamped with this library's version and the time now: the one place where a TuneOutcome
+// becomes a cache::TuningEntry.
+cache::TuningEntry entry_of(const cache::TuningKey& key, const TuneOutcome& outcome, cache::TunedShape tuned_shape);
+
 // Picks among `candidates`, whose first element is the default. Candidates that fail to prepare or to run
 // are skipped (and reported); throws Error only when the default itself fails.
 TuneOutcome select_config(std::span<const LaunchConfig> candidates, TuneBackend& backend, const TuneBudget& budget);

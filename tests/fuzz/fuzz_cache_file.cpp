@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -99,7 +100,7 @@ TuningEntry make_entry(const TuningKey& key, int i) {
   e.default_us = 100 + i;
   e.best_us = 90 + i;
   e.noise_us = 0.5;
-  e.tuned_shape = "1x512x128x128";
+  e.tuned_shape = {{1, 512, 128, 128}, 32, key.size_class == "l2-fused" ? gnsilu::Path::Fused : gnsilu::Path::Split};
   e.library_version = "0.1.0";
   e.created_at = 1764000000 + i;
   for (int c = 0; c < 1 + i % 3; ++c) {
@@ -150,7 +151,7 @@ void make_schema_2(const std::vector<std::size_t>& keys) {
     ins.bind(15, e.default_us);
     ins.bind(16, e.best_us);
     ins.bind(17, e.noise_us);
-    ins.bind(18, e.tuned_shape);
+    ins.bind(18, e.tuned_shape.text());
     ins.bind(19, e.library_version);
     ins.bind(20, static_cast<int64_t>(e.created_at));
     ins.exec();
@@ -340,7 +341,10 @@ TuningEntry any_entry(Input& in) {
   if (in.flag()) {
     e.winner = {in.i32(), in.i32(), in.i32(), in.i32()};
     e.default_us = in.f64();
-    e.tuned_shape = in.text(30);
+    e.tuned_shape.dims.resize(in.u8() % 6);
+    for (auto& d : e.tuned_shape.dims) d = in.i64();
+    e.tuned_shape.groups = in.i64();
+    e.tuned_shape.path = static_cast<gnsilu::Path>(in.u8() % 4);  // 3: a value no name stands for
     e.candidates.resize(in.u8() % 5);
   }
   return e;
@@ -417,7 +421,11 @@ const Operation kOperations[] = {
       if (!writable) REQUIRE(!ok, "a store that cannot be written saved an entry");
       const bool named = (e.key.layout == Layout::ChannelsFirst || e.key.layout == Layout::ChannelsLast) &&
                          (e.key.activation == Activation::SiLU || e.key.activation == Activation::None);
-      if (!named) {
+      const auto& t = e.tuned_shape;
+      const bool shaped = static_cast<int>(t.path) >= 0 && static_cast<int>(t.path) <= 2 &&
+                          std::all_of(t.dims.begin(), t.dims.end(), [](int64_t d) { return d > 0; });
+      if (!shaped) REQUIRE(!ok, "an entry whose tuned shape would not read back was saved");
+      if (!named || !shaped) {
         REQUIRE(!ok, "an entry whose layout or activation has no name was saved");
         REQUIRE(c.store.writable() == writable, "a refused key changed whether the store can be written");
       }

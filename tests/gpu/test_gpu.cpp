@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpu/silu_fast_check.hpp"
 #include "cache/cache.hpp"
 #include "runtime/compiler.hpp"
 #include "tuning/config_table.hpp"
@@ -384,6 +385,7 @@ TEST_CASE("the fast 16-bit SiLU decides like silu32 for every FP32 input") {
   gnsilu::detail::CompileRequest request;
   request.arch = gnsilu::detail::device_info(device).arch();
   request.names = {"gnsilu::kernel::silu_fast_check<0>"};
+  request.source = gnsilu_test::kSiluFastCheckSource;
   const auto program = gnsilu::detail::compile(request);
   CUmodule module = nullptr;
   GNSILU_CU(drv().cuModuleLoadData(&module, program.image.data()));

@@ -91,5 +91,63 @@ if [ "$what" = profile ]; then
   for f in /tmp/gnsilu-cubin/*.cubin; do cuobjdump -sass "$f"; done > "$out/sass.txt" 2>&1
   awk '/Function :/ {name=$3} /\/\*[0-9a-f]+\*\// {count[name]++} END {for (n in count) printf "%6d SASS instructions  %s\n", count[n], n}' "$out/sass.txt" | sort -k4
 fi
+if [ "$what" = wheel ]; then
+  # The wheel that pip builds (python/tests/test_wheel.sh, GNSILU_WHEEL_DIR=build-wheel), installed into a venv that
+  # sees the machine's PyTorch, used from outside the checkout with GNSILU_LIBRARY unset: its bundled library runs.
+  wheel=$(ls build-wheel/gnsilu-*.whl | head -1)
+  venv=$(mktemp -d)/venv
+  python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q --no-deps --no-index "$wheel"
+  (cd /tmp && env -u GNSILU_LIBRARY -u PYTHONPATH "$venv/bin/python" - > "$out/wheel.log" 2>&1 <<'PY'
+import torch, gnsilu, gnsilu.torch as gt
+print("library:", gnsilu.library_path())
+assert "site-packages/gnsilu/libgnsilu.so" in gnsilu.library_path()
+x = torch.randn(2, 256, 64, 64, device="cuda", dtype=torch.bfloat16)
+w = torch.randn(256, device="cuda"); b = torch.randn(256, device="cuda")
+y = gnsilu.group_norm_silu(x, 32, w, b)
+ref = torch.nn.functional.silu(torch.nn.functional.group_norm(x.double(), 32, w.double(), b.double(), 1e-6))
+err = (y.double() - ref).abs().max().item()
+print("max abs error against float64:", err)
+assert err < 0.05
+m = gt.GroupNormSiLU(32, 256).cuda()
+ycl = m(x.to(memory_format=torch.channels_last))
+print("module, channels_last:", ycl.is_contiguous(memory_format=torch.channels_last))
+print("wheel: PASSED")
+PY
+  )
+  summary+=("$(printf '%-34s exit %s' "wheel from outside the checkout" "$?")")
+  cat "$out/wheel.log"
+fi
+if [ "$what" = bench-compare ]; then
+  # Speed before and after a change, in one run: the old gnsilu-bench ($3) and this build's, alternating, each with
+  # its own cache file, over the layouts preset in bf16.
+  old=${3:?bench-compare needs the old gnsilu-bench}
+  for round in 1 2; do
+    for who in before after; do
+      bin=$([ "$who" = before ] && echo "$old" || echo "$build/tools/gnsilu-bench")
+      GNSILU_CACHE=/tmp/gnsilu-cache/$who.sqlite "$bin" shapes --preset layouts --layouts nchw,nhwc --dtypes bf16 \
+        --json "$out/bench-$who-$round.json" > "$out/bench-$who-$round.log" 2>&1
+      summary+=("$(printf '%-34s exit %s' "gnsilu-bench $who (round $round)" "$?")")
+    done
+  done
+  python3 - "$out" <<'PY'
+import json, sys, glob, statistics
+out = sys.argv[1]
+rows = {}
+for who in ("before", "after"):
+    for f in sorted(glob.glob(f"{out}/bench-{who}-*.json")):
+        for r in json.load(open(f)):
+            key = (r["shape"], r["layout"], r["dtype"])
+            rows.setdefault(key, {}).setdefault(who, []).append(r["gnsilu_us"])
+print(f"{'shape':<22} {'layout':<6} {'before us':>10} {'after us':>10} {'after/before':>12}")
+ratios = []
+for key, v in sorted(rows.items(), key=lambda kv: str(kv[0])):
+    if "before" in v and "after" in v and None not in v["before"] + v["after"]:
+        b, a = min(v["before"]), min(v["after"])
+        ratios.append(a / b)
+        print(f"{str(key[0]):<22} {str(key[1]):<6} {b:10.1f} {a:10.1f} {a / b:12.3f}")
+if ratios:
+    print(f"{len(ratios)} rows: after/before median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
+PY
+fi
 printf '\n'
 printf '%s\n' "${summary[@]}"

@@ -82,7 +82,10 @@ json entry_summary_json(const cache::TuningEntry& e, std::size_t id) {
           {"default_us", e.default_us},
           {"noise_us", e.noise_us},
           {"speedup", speedup(e)},
-          {"tuned_shape", e.tuned_shape},
+          {"tuned_shape", e.tuned_shape.text()},
+          {"tuned_dims", e.tuned_shape.dims},
+          {"tuned_groups", e.tuned_shape.groups},
+          {"path", path_name(e.tuned_shape.path)},
           {"library_version", e.library_version},
           {"created_at", e.created_at}};
 }
@@ -383,7 +386,7 @@ int run_show(const ShowOptions& o) {
               activation_text(e.key.activation).c_str(), e.key.code_version.c_str(),
               e.key.code_version == detail::code_version() ? "current" : "stale", e.key.device.name.c_str(),
               e.key.device.arch, e.key.device.sms, static_cast<long long>(e.key.device.memory_mib), e.key.device.l2_kib,
-              config_text(e.winner).c_str(), e.best_us, e.default_us, speedup(e), e.noise_us, e.tuned_shape.c_str(),
+              config_text(e.winner).c_str(), e.best_us, e.default_us, speedup(e), e.noise_us, e.tuned_shape.text().c_str(),
               age_text(e.created_at).c_str(), e.library_version.c_str());
   std::vector<std::vector<std::string>> table{{"  candidate", "median us", "noise us", "samples", "status"}};
   auto sorted = e.candidates;

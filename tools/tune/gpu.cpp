@@ -89,19 +89,6 @@ std::vector<LaunchConfig> distinct_codes() {
   return out;
 }
 
-// "1x512x16384 G=32" -> shape and groups (what the tuner records as tuned_shape).
-bool parse_tuned_shape(const std::string& text, std::vector<int64_t>& shape, int64_t& groups) {
-  const auto space = text.find(" G=");
-  if (space == std::string::npos) return false;
-  try {
-    shape = parse_shape(text.substr(0, space));
-    groups = std::stoll(text.substr(space + 3));
-  } catch (const std::exception&) {
-    return false;
-  }
-  return groups > 0;
-}
-
 }  // namespace
 
 std::unique_ptr<GpuSession> GpuSession::open(int ordinal, std::string& why) {
@@ -266,13 +253,18 @@ std::vector<VerifyRow> verify(GpuSession& gpu, const std::vector<cache::TuningEn
     VerifyRow row;
     row.entry = e;
     try {
-      std::vector<int64_t> shape;
-      int64_t groups = 0;
-      if (!parse_tuned_shape(e.tuned_shape, shape, groups)) {
-        throw CliError(kBadInput, "the entry's tuned shape \"" + e.tuned_shape + "\" cannot be read");
+      const std::vector<int64_t>& shape = e.tuned_shape.dims;
+      const int64_t groups = e.tuned_shape.groups;
+      if (shape.size() < 2 || groups <= 0) {
+        throw CliError(kBadInput, shape.empty() ? std::string("the entry's tuned shape is not known (its file held text "
+                                                              "that does not read as a shape)")
+                                                : "the entry's tuned shape \"" + e.tuned_shape.text() + "\" cannot be used");
+      }
+      const Path path = e.tuned_shape.path;
+      if (path != Path::Fused && path != Path::Split) {
+        throw CliError(kBadInput, "the entry does not record the path it was tuned on");
       }
       const detail::Geometry g = detail::make_geometry(shape, groups, e.key.layout);
-      const Path path = e.key.size_class.ends_with("-fused") ? Path::Fused : Path::Split;
       Inputs in;
       make_inputs(gpu, shape, groups, g.numel, e.key.x_dtype, e.key.y_dtype, e.key.layout, e.key.activation, in);
       const LaunchConfig fallback = default_config(path);

@@ -38,14 +38,13 @@ int chart_height(const cache::TuningEntry& e) { return kHeader + kRow * static_c
 
 // One key's chart as SVG elements, with its top at `y`.
 std::string chart(const cache::TuningEntry& e, int y) {
-  const Path path = e.key.size_class.ends_with("-fused") ? Path::Fused : Path::Split;
-  const LaunchConfig fallback = default_config(path);
+  const LaunchConfig fallback = default_config(e.tuned_shape.path);
   double longest = 0;
   for (const auto& c : e.candidates) longest = std::max(longest, c.median_us);
   std::string s;
   s += "<g transform=\"translate(0," + std::to_string(y) + ")\">\n";
   s += "<text x=\"8\" y=\"16\" class=\"title\">" + escape(key_text(e.key)) + "</text>\n";
-  s += "<text x=\"8\" y=\"34\" class=\"sub\">tuned on " + escape(e.tuned_shape) + " · winner " +
+  s += "<text x=\"8\" y=\"34\" class=\"sub\">tuned on " + escape(e.tuned_shape.text()) + " · winner " +
        escape(config_text(e.winner)) + " at " + fmt("%.1f", e.best_us) + " us, default " + fmt("%.1f", e.default_us) +
        " us (" + fmt("%.2f", e.best_us > 0 ? e.default_us / e.best_us : 1.0) + "x) · noise " + fmt("%.1f", e.noise_us) +
        " us</text>\n";
@@ -115,7 +114,7 @@ std::string report_html(const std::vector<cache::TuningEntry>& entries, const st
     s += "<tr><td>" + escape(key_text(e.key, false)) + "</td><td>" + escape(layout_name(e.key.layout)) + "</td><td>" +
          escape(activation_name(e.key.activation)) + "</td><td>" + escape(config_text(e.winner)) + "</td><td>" +
          fmt("%.1f", e.best_us) + "</td><td>" + fmt("%.1f", e.default_us) + "</td><td>" +
-         fmt("%.2fx", e.best_us > 0 ? e.default_us / e.best_us : 1.0) + "</td><td>" + escape(e.tuned_shape) +
+         fmt("%.2fx", e.best_us > 0 ? e.default_us / e.best_us : 1.0) + "</td><td>" + escape(e.tuned_shape.text()) +
          "</td></tr>\n";
   }
   s += "</table>\n" + svg(entries, title, false) + "</body></html>\n";

@@ -60,20 +60,14 @@ std::vector<Level> image_vae_levels(bool encoder, bool decoder) {
 }  // namespace
 
 std::vector<int64_t> parse_shape(const std::string& text) {
-  std::vector<int64_t> shape;
-  for (const auto& part : split(text, 'x')) shape.push_back(parse_positive(part, "shape " + text));
-  if (shape.size() < 2) throw CliError(kUsage, "shape " + text + ": needs at least N and C (like 1x512x128x128)");
-  return shape;
+  std::string problem;
+  const auto shape = cache::shape_from_text(text, &problem);
+  if (!shape) throw CliError(kUsage, "shape " + text + ": " + problem);
+  if (shape->size() < 2) throw CliError(kUsage, "shape " + text + ": needs at least N and C (like 1x512x128x128)");
+  return *shape;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out;
-  for (auto d : shape) {
-    if (!out.empty()) out += 'x';
-    out += std::to_string(d);
-  }
-  return out;
-}
+std::string shape_text(const std::vector<int64_t>& shape) { return cache::shape_to_text(shape); }
 
 DTypePair parse_dtype_pair(const std::string& text) {
   const auto parts = split(text, ':');
