@@ -92,15 +92,16 @@ if [ "$what" = profile ]; then
   awk '/Function :/ {name=$3} /\/\*[0-9a-f]+\*\// {count[name]++} END {for (n in count) printf "%6d SASS instructions  %s\n", count[n], n}' "$out/sass.txt" | sort -k4
 fi
 if [ "$what" = wheel ]; then
-  # The wheel that pip builds (python/tests/test_wheel.sh, GNSILU_WHEEL_DIR=build-wheel), installed into a venv that
-  # sees the machine's PyTorch, used from outside the checkout with GNSILU_LIBRARY unset: its bundled library runs.
+  # The wheel that pip builds (python/tests/test_wheel.sh, GNSILU_WHEEL_DIR=build-wheel), installed into a folder of
+  # its own next to the machine's PyTorch, used from outside the checkout with GNSILU_LIBRARY unset: its bundled
+  # library runs.
   wheel=$(ls build-wheel/gnsilu-*.whl | head -1)
-  venv=$(mktemp -d)/venv
-  python3 -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q --no-deps --no-index "$wheel"
-  (cd /tmp && env -u GNSILU_LIBRARY -u PYTHONPATH "$venv/bin/python" - > "$out/wheel.log" 2>&1 <<'PY'
+  site=$(mktemp -d)  # pip's --target, not a venv: this machine's PyTorch is not in a venv's view of site-packages
+  python3 -m pip install -q --no-deps --no-index --target "$site" "$wheel"
+  (cd /tmp && env -u GNSILU_LIBRARY PYTHONPATH="$site" python3 - > "$out/wheel.log" 2>&1 <<'PY'
 import torch, gnsilu, gnsilu.torch as gt
 print("library:", gnsilu.library_path())
-assert "site-packages/gnsilu/libgnsilu.so" in gnsilu.library_path()
+import os; assert gnsilu.library_path() == os.path.join(os.path.dirname(gnsilu.__file__), "libgnsilu.so"), "not the bundled library"
 x = torch.randn(2, 256, 64, 64, device="cuda", dtype=torch.bfloat16)
 w = torch.randn(256, device="cuda"); b = torch.randn(256, device="cuda")
 y = gnsilu.group_norm_silu(x, 32, w, b)
@@ -108,9 +109,11 @@ ref = torch.nn.functional.silu(torch.nn.functional.group_norm(x.double(), 32, w.
 err = (y.double() - ref).abs().max().item()
 print("max abs error against float64:", err)
 assert err < 0.05
-m = gt.GroupNormSiLU(32, 256).cuda()
-ycl = m(x.to(memory_format=torch.channels_last))
-print("module, channels_last:", ycl.is_contiguous(memory_format=torch.channels_last))
+m = gt.GroupNormSiLU(32, 256).cuda().to(torch.bfloat16)
+with torch.no_grad():  # with autograd recording, the modules run PyTorch's ops (gnsilu has no backward)
+    ycl = m(x.to(memory_format=torch.channels_last))
+print("module (no grad), output channels_last:", ycl.is_contiguous(memory_format=torch.channels_last))
+assert ycl.is_contiguous(memory_format=torch.channels_last)
 print("wheel: PASSED")
 PY
   )
@@ -119,12 +122,13 @@ PY
 fi
 if [ "$what" = bench-compare ]; then
   # Speed before and after a change, in one run: the old gnsilu-bench ($3) and this build's, alternating, each with
-  # its own cache file, over the layouts preset in bf16.
+  # its own cache file, over the layouts preset (or the shapes in GNSILU_COMPARE_SHAPES) in bf16.
   old=${3:?bench-compare needs the old gnsilu-bench}
   for round in 1 2; do
     for who in before after; do
       bin=$([ "$who" = before ] && echo "$old" || echo "$build/tools/gnsilu-bench")
-      GNSILU_CACHE=/tmp/gnsilu-cache/$who.sqlite "$bin" shapes --preset layouts --layouts nchw,nhwc --dtypes bf16 \
+      GNSILU_CACHE=/tmp/gnsilu-cache/$who.sqlite "$bin" shapes ${GNSILU_COMPARE_SHAPES:+--shapes "$GNSILU_COMPARE_SHAPES"} \
+        $([ -z "${GNSILU_COMPARE_SHAPES:-}" ] && echo --preset layouts) --layouts nchw,nhwc --dtypes bf16 \
         --json "$out/bench-$who-$round.json" > "$out/bench-$who-$round.log" 2>&1
       summary+=("$(printf '%-34s exit %s' "gnsilu-bench $who (round $round)" "$?")")
     done
