@@ -713,6 +713,7 @@ TEST_CASE("eight processes started together on one cache file tune each key once
     if (pid == 0) {
       // A fresh process image: this one holds a CUDA context, which a forked child must not use.
       setenv("GNSILU_CACHE", path.c_str(), 1);
+      unsetenv("GNSILU_CACHE_SHARED");  // one file under test: a shared file of the environment must not answer
       setenv("GNSILU_TUNE_WAIT_MS", "120000", 1);
       setenv("GNSILU_LOG_LEVEL", "warn", 1);
       if (!std::freopen(outputs.back().c_str(), "w", stdout)) _exit(3);
