@@ -90,9 +90,10 @@ const TuningHooks& gpu_hooks() {
   return hooks;
 }
 
-std::optional<cache::TuningEntry> usable_entry(cache::LayeredCache& store, const cache::TuningKey& key) {
+std::optional<cache::TuningEntry> usable_entry(cache::LayeredCache& store, const cache::TuningKey& key,
+                                               const cache::TuningEntry* other_than) {
   auto e = store.find_tuning(key);
-  if (!e || !valid(e->winner)) return std::nullopt;
+  if (!e || !valid(e->winner) || (other_than != nullptr && same_measurement(*e, *other_than))) return std::nullopt;
   counters().found_in_cache++;
   return e;
 }
@@ -102,13 +103,7 @@ WarmResult tune_under_lease(const Call& call, const cache::TuningKey& key, cache
   const LeaseTimings& timings = hooks.timings;
   // Retuning, the entry there now is the one to replace: only another one is another process's work.
   const std::optional<cache::TuningEntry> replacing = retune ? store.find_tuning(key) : std::nullopt;
-  auto theirs = [&]() -> std::optional<cache::TuningEntry> {
-    if (replacing) {
-      auto e = store.find_tuning(key);
-      if (!e || same_measurement(*e, *replacing)) return std::nullopt;
-    }
-    return usable_entry(store, key);
-  };
+  auto theirs = [&] { return usable_entry(store, key, replacing ? &*replacing : nullptr); };
   const double lease_seconds = timings.lease_seconds.count();
   WarmResult r;
   r.key = key;

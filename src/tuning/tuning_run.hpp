@@ -88,7 +88,10 @@ WarmResult tune_under_lease(const Call& call, const cache::TuningKey& key, cache
                             const WaitOptions& wait, const TuningHooks& hooks, bool retune = false);
 
 // The cache files' entry for `key` when its winner is a valid configuration (counted as found in the cache).
-std::optional<cache::TuningEntry> usable_entry(cache::LayeredCache& store, const cache::TuningKey& key);
+// With `other_than`, an entry with the same measurement as that one counts as none (retuning: only a new entry
+// is another process's work).
+std::optional<cache::TuningEntry> usable_entry(cache::LayeredCache& store, const cache::TuningKey& key,
+                                               const cache::TuningEntry* other_than = nullptr);
 
 // The shape (and groups) of the part of a tensor the tuner times on this device now: at most a quarter of the
 // free device memory (cuMemGetInfo; or `free_bytes`), and at most 256 MiB. Throws Error(OutOfMemory) when not
