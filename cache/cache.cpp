@@ -5,6 +5,8 @@
 #include <mutex>
 #include <sstream>
 
+#include "base/process_lifetime.hpp"
+
 namespace gnsilu::cache {
 
 std::string default_user_path() {
@@ -90,23 +92,25 @@ bool LayeredCache::put_kernel(const KernelKey& key, const KernelImage& image) {
 }
 
 namespace {
-std::mutex process_mutex;
-std::shared_ptr<LayeredCache>& process_slot() {
-  static auto* slot = new std::shared_ptr<LayeredCache>();  // never destroyed: see src/modules.cpp
-  return *slot;
-}
+// Used by calls during static destruction (immortal).
+struct ProcessSlot {
+  std::mutex mutex;
+  std::shared_ptr<LayeredCache> cache;
+};
+ProcessSlot& process_slot() { return detail::immortal<ProcessSlot>(); }
 }  // namespace
 
 std::shared_ptr<LayeredCache> process_cache() {
-  std::lock_guard lock(process_mutex);
-  auto& slot = process_slot();
-  if (!slot) slot = std::make_shared<LayeredCache>(settings_from_environment());
-  return slot;
+  ProcessSlot& slot = process_slot();
+  std::lock_guard lock(slot.mutex);
+  if (!slot.cache) slot.cache = std::make_shared<LayeredCache>(settings_from_environment());
+  return slot.cache;
 }
 
 void configure_process_cache(const Settings& settings) {
-  std::lock_guard lock(process_mutex);
-  process_slot() = std::make_shared<LayeredCache>(settings);
+  ProcessSlot& slot = process_slot();
+  std::lock_guard lock(slot.mutex);
+  slot.cache = std::make_shared<LayeredCache>(settings);
 }
 
 }  // namespace gnsilu::cache

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/hash.hpp"
+#include "base/text.hpp"
 
 namespace gnsilu::cache {
 
@@ -88,14 +89,7 @@ std::string kernel_checksum(const std::vector<char>& image, const std::string& j
   return hash.hex();
 }
 
-std::string join_lowered_names(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) {
-    if (!out.empty()) out += '\n';
-    out += n;
-  }
-  return out;
-}
+std::string join_lowered_names(const std::vector<std::string>& names) { return detail::join(names, "\n"); }
 
 std::vector<std::string> split_lowered_names(const std::string& text) {
   std::vector<std::string> out;

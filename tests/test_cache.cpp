@@ -29,6 +29,7 @@
 #include "cache/lease.hpp"
 #include "base/log.hpp"
 #include "cache/store.hpp"
+#include "cache_samples.hpp"
 #include "temp_dir.hpp"
 
 using namespace gnsilu::cache;
@@ -38,40 +39,23 @@ using testing::TempDir;
 namespace {
 
 TuningKey key(int64_t cpg = 4, const std::string& device = "NVIDIA H200") {
-  TuningKey k;
-  k.device = {device, 90, 132, 143771, 61440};
-  k.code_version = "abc123-0011223344556677";
-  k.channels_per_group = cpg;
-  k.x_dtype = gnsilu::DType::BF16;
-  k.y_dtype = gnsilu::DType::BF16;
-  k.size_class = "dram-split";
-  return k;
+  return testing::sample_key(cpg, "abc123-0011223344556677", device);  // bf16 in and out
 }
 
+// Fractional times and a large shape, so that round trips of every field show.
 TuningEntry entry(const TuningKey& k, int warps = 4) {
-  TuningEntry e;
-  e.key = k;
-  e.winner = {8, warps, 2, 8};
+  TuningEntry e = testing::sample_entry(k, {8, warps, 2, 8}, 2.5);
   e.default_us = 300.5;
   e.best_us = 250.25;
-  e.noise_us = 2.5;
   e.tuned_shape = {{1, 128, 1024, 1024}, 32, gnsilu::Path::Split};
-  e.library_version = "0.1.0";
   e.created_at = 1764430000;
   e.candidates = {{{16, 8, 1, 4}, 300.5, 2.0, 15, "ok"}, {{8, warps, 2, 8}, 250.25, 2.5, 15, "ok"},
                   {{32, 16, 1, 2}, 0, 0, 0, "failed: compile error"}};
   return e;
 }
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
+using testing::read_bytes;
+using testing::write_bytes;
 
 // A populated cache file (rollback journal, so that its bytes are all in the one file).
 std::string populated(const TempDir& dir, const std::string& name, int entries) {

@@ -15,6 +15,7 @@
 
 #include "runtime/kernels.hpp"
 #include "cache/store.hpp"
+#include "cache_samples.hpp"
 #include "temp_dir.hpp"
 #include "cache/transfer.hpp"
 
@@ -25,24 +26,14 @@ using testing::TempDir;
 namespace {
 
 TuningKey key(int64_t cpg, const std::string& device = "NVIDIA H200", const std::string& code = "v1") {
-  TuningKey k;
-  k.device = {device, 90, 132, 143771, 61440};
-  k.code_version = code;
-  k.channels_per_group = cpg;
-  k.size_class = "dram-split";
-  return k;
+  return testing::sample_key(cpg, code, device);
 }
 
+// `ok_candidates` timed successfully and one failed: what better_measured counts.
 TuningEntry entry(const TuningKey& k, int warps, double noise, int ok_candidates = 3, int64_t created = 1000) {
-  TuningEntry e;
-  e.key = k;
-  e.winner = {16, warps, 1, 4};
-  e.default_us = 300;
-  e.best_us = 250;
-  e.noise_us = noise;
-  e.tuned_shape = {{1, 512, 16384}, 32, gnsilu::Path::Split};
-  e.library_version = "0.1.0";
+  TuningEntry e = testing::sample_entry(k, {16, warps, 1, 4}, noise);
   e.created_at = created;
+  e.candidates.clear();
   for (int i = 0; i < ok_candidates; ++i) e.candidates.push_back({{16, 8, 1, 4}, 260.0 + i, 1.5, 9, "ok"});
   e.candidates.push_back({{32, 16, 1, 2}, 0, 0, 0, "compile failed: no"});
   return e;
@@ -315,15 +306,13 @@ TEST_CASE("a cache file of an older schema is read without being changed") {
             "143771, 61440, 'v1', 4, 'bf16', 'bf16', 'dram-split', 16, 8, 1, 4, 300, 250, 1, 's', '0.1.0', 1000)");
     db.exec("PRAGMA journal_mode = DELETE");
   }
-  std::ifstream in(path, std::ios::binary);
-  const std::string before((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string before = testing::read_bytes(path);
   const Bundle b = read_bundle(path);
   REQUIRE(b.tuning.size() == 1);
   CHECK(b.tuning[0].key == key(4));
   CHECK(b.tuning[0].key.layout == gnsilu::Layout::ChannelsFirst);
   CHECK(b.tuning[0].key.activation == gnsilu::Activation::SiLU);
-  std::ifstream again(path, std::ios::binary);
-  CHECK(std::string((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>()) == before);
+  CHECK(testing::read_bytes(path) == before);
   CHECK(parse_export(export_text(b), "e.json").tuning[0].key == key(4));
 }
 

@@ -21,6 +21,7 @@
 #include "gnsilu/gnsilu.hpp"
 #include "runtime/kernels.hpp"
 #include "cache/store.hpp"
+#include "cache_samples.hpp"
 #include "temp_dir.hpp"
 
 using namespace gnsilu::cache;
@@ -30,10 +31,7 @@ using testing::TempDir;
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+using testing::read_bytes;
 
 struct Result {
   int code = -1;
@@ -53,34 +51,16 @@ Result tune(const TempDir& dir, const std::string& args) {
   const int status = std::system(cmd.c_str());
   Result r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(dir.file("stdout"));
-  r.err = slurp(dir.file("stderr"));
+  r.out = read_bytes(dir.file("stdout"));
+  r.err = read_bytes(dir.file("stderr"));
   return r;
 }
 
 TuningKey key(int64_t cpg, const std::string& code, const std::string& device = "NVIDIA H200") {
-  TuningKey k;
-  k.device = {device, 90, 132, 143771, 61440};
-  k.code_version = code;
-  k.channels_per_group = cpg;
-  k.size_class = "dram-split";
-  return k;
+  return testing::sample_key(cpg, code, device);
 }
 
-TuningEntry entry(const TuningKey& k, int warps, double noise) {
-  TuningEntry e;
-  e.key = k;
-  e.winner = {16, warps, 1, 4};
-  e.default_us = 300;
-  e.best_us = 250;
-  e.noise_us = noise;
-  e.tuned_shape = {{1, 512, 16384}, 32, gnsilu::Path::Split};
-  e.library_version = "0.1.0";
-  e.created_at = 1700000000;
-  e.candidates = {{{16, 4, 2, 8}, 300, 2, 9, "ok"}, {{16, warps, 1, 4}, 250, 1, 9, "ok"},
-                  {{32, 16, 1, 2}, 0, 0, 0, "wrong output"}};
-  return e;
-}
+TuningEntry entry(const TuningKey& k, int warps, double noise) { return testing::sample_entry(k, {16, warps, 1, 4}, noise); }
 
 const std::string& current() { return gnsilu::detail::code_version(); }
 
@@ -336,11 +316,11 @@ TEST_CASE("corrupt inputs exit 3 and change nothing") {
     REQUIRE(a.put_tuning(entry(key(4, current()), 8, 2.0)));
   }
   REQUIRE(tune(dir, "export a.json --cache a.sqlite").code == 0);
-  const std::string good = slurp(dir.file("a.json"));
+  const std::string good = read_bytes(dir.file("a.json"));
   std::ofstream(dir.file("half.json")) << good.substr(0, good.size() / 2);
   std::ofstream(dir.file("garbage.json")) << "\x01\x02 not json";
   std::ofstream(dir.file("fake.sqlite"), std::ios::binary) << std::string("SQLite format 3\0", 16) << std::string(3000, '\xAB');
-  const auto before = slurp(dir.file("a.sqlite"));
+  const auto before = read_bytes(dir.file("a.sqlite"));
   for (const char* input : {"half.json", "garbage.json", "fake.sqlite", "missing.json"}) {
     Result r = tune(dir, std::string("import ") + input + " --cache a.sqlite --force");
     CHECK_MESSAGE(r.code == 3, input << ": " << r.err);
@@ -349,7 +329,7 @@ TEST_CASE("corrupt inputs exit 3 and change nothing") {
     CHECK_MESSAGE(r.code == 3, input << ": " << r.err);
   }
   CHECK_FALSE(fs::exists(dir.file("out.json")));
-  CHECK(slurp(dir.file("a.sqlite")) == before);
+  CHECK(read_bytes(dir.file("a.sqlite")) == before);
   CHECK(tune(dir, "list --cache fake.sqlite").code == 3);
   CHECK(tune(dir, "export x.json --cache fake.sqlite").code == 3);
   CHECK(fs::file_size(dir.file("fake.sqlite")) == 3016);
@@ -383,14 +363,14 @@ TEST_CASE("prune drops other kernel versions; report draws every candidate") {
   }
   r = tune(dir, "report r.html --cache a.sqlite");
   REQUIRE_MESSAGE(r.code == 0, r.err);
-  const std::string html = slurp(dir.file("r.html"));
+  const std::string html = read_bytes(dir.file("r.html"));
   CHECK(html.find("<!DOCTYPE html>") == 0);
   CHECK(html.find("<svg") != std::string::npos);
   CHECK(html.find("wrong output") != std::string::npos);
   CHECK(html.find("e16 w8 s1 p4 (default)") != std::string::npos);  // the split path's default (the winner here)
   r = tune(dir, "report r.svg --cache a.sqlite --json");
   CHECK(r.doc()["format"] == "svg");
-  CHECK(slurp(dir.file("r.svg")).find("<svg xmlns") != std::string::npos);
+  CHECK(read_bytes(dir.file("r.svg")).find("<svg xmlns") != std::string::npos);
   CHECK(tune(dir, "verify --cache a.sqlite").code == 5);  // re-timing needs a GPU
 }
 
@@ -440,7 +420,7 @@ TEST_CASE("layouts and activations: list, show, report, export, import and merge
   r = tune(dir, "report r.html --cache a.sqlite");
   REQUIRE_MESSAGE(r.code == 0, r.err);
   {
-    const std::string html = slurp(dir.file("r.html"));
+    const std::string html = read_bytes(dir.file("r.html"));
     CHECK(html.find("<th>layout</th><th>activation</th>") != std::string::npos);
     CHECK(html.find("<td>nhwc</td><td>none</td>") != std::string::npos);
     CHECK(html.find("<td>nchw</td><td>silu</td>") != std::string::npos);
@@ -449,7 +429,7 @@ TEST_CASE("layouts and activations: list, show, report, export, import and merge
   // Export and back: the three stay three.
   r = tune(dir, "export a.json --cache a.sqlite --json");
   REQUIRE_MESSAGE(r.code == 0, r.err);
-  const std::string text = slurp(dir.file("a.json"));
+  const std::string text = read_bytes(dir.file("a.json"));
   CHECK(text.find("\"layout\": \"nhwc\"") != std::string::npos);
   CHECK(text.find("\"activation\": \"none\"") != std::string::npos);
   r = tune(dir, "import a.json --cache b.sqlite --force --json");
@@ -523,7 +503,7 @@ TEST_CASE("a cache file of schema 2 is listed, shown, exported and imported with
             "samples, status) VALUES (1, 16, 8, 1, 4, 250, 1, 9, 'ok')");
     db.exec("PRAGMA journal_mode = DELETE");
   }
-  const std::string before = slurp(path);
+  const std::string before = read_bytes(path);
   Result r = tune(dir, "list --cache v2.sqlite --json");
   REQUIRE_MESSAGE(r.code == 0, r.err);
   json j = r.doc();
@@ -546,7 +526,7 @@ TEST_CASE("a cache file of schema 2 is listed, shown, exported and imported with
   REQUIRE_MESSAGE(r.code == 0, r.err);
   CHECK(r.doc()["added"] == 1);
   CHECK(tune(dir, "prune --cache v2.sqlite --dry-run --json").doc()["entries_removed"] == 0);
-  CHECK(slurp(path) == before);  // read, never upgraded in place by a reading command
+  CHECK(read_bytes(path) == before);  // read, never upgraded in place by a reading command
   {
     Store fresh(dir.file("new.sqlite"), Store::Mode::ReadOnly);
     const auto e = fresh.find_tuning(key(4, current()));
@@ -613,7 +593,7 @@ TEST_CASE("SIGINT and SIGTERM end gnsilu-tune with 130 and 143, the cache file c
     waitpid(child, &status, 0);
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 128 + signal);
-    const std::string err = slurp(dir.file("stderr-" + std::to_string(signal)));
+    const std::string err = read_bytes(dir.file("stderr-" + std::to_string(signal)));
     CHECK(err.find(signal == SIGINT ? "interrupted (SIGINT)" : "interrupted (SIGTERM)") != std::string::npos);
     CHECK(err.find("released 0 tuning leases") != std::string::npos);
     SQLite::Database db(cache, SQLite::OPEN_READONLY);

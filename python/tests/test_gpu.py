@@ -64,6 +64,15 @@ if torch is not None:
     CODES = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
 
 
+def shape_name(shape):
+    """ "1x512x64x64", as the C++ tests and gnsilu-tune write shapes."""
+    return "x".join(map(str, shape))
+
+
+def dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
 def spacing(exact, dtype):
     """The ulp of the output dtype at each float64 value (subnormal spacing below the normal range)."""
     bits, min_exponent = FORMATS[dtype]
@@ -316,7 +325,7 @@ class TestPrecision(unittest.TestCase):
                     ours = gnsilu.group_norm_silu(x, groups, weight, bias, 1e-6, out_dtype=out_dtype)
                     rounded, worst = precision(ours, exact)
                     bound = 1.0 if out_dtype != torch.float32 else 16.0  # float32: where |y| >= 2^-6
-                    name = f"{'x'.join(map(str, shape))} G={groups} {str(x_dtype)[6:]}->{str(out_dtype)[6:]}"
+                    name = f"{shape_name(shape)} G={groups} {dtype_name(x_dtype)}->{dtype_name(out_dtype)}"
                     with self.subTest(case=name):
                         self.assertLessEqual(worst, bound)
                     SUMMARY.append(("b", name, f"{100 * rounded:.4f}% correctly rounded, max {worst:.3f} ulp"))
@@ -348,7 +357,7 @@ class TestModule(unittest.TestCase):
             _, theirs_worst = precision(theirs, exact)
             self.assertEqual(ours.dtype, theirs.dtype)
             self.assertLessEqual(ours_worst, 1.0 if dtype != torch.float32 else 16.0)
-            SUMMARY.append(("c", f"GroupNormSiLU {str(dtype)[6:]} vs nn.GroupNorm+SiLU",
+            SUMMARY.append(("c", f"GroupNormSiLU {dtype_name(dtype)} vs nn.GroupNorm+SiLU",
                             f"max ulp gnsilu {ours_worst:.3f}, PyTorch {theirs_worst:.3f}"))
 
     def test_fallbacks_give_pytorch_results(self):
@@ -374,7 +383,7 @@ class TestModule(unittest.TestCase):
             self.assertEqual(sum(calls), 1)
         self.assertEqual(autocast_ours.dtype, autocast_theirs.dtype)
         SUMMARY.append(("c", "fallbacks: CPU, autograd, non-dense input", "PyTorch's results, bit for bit"))
-        SUMMARY.append(("c", "autocast", f"output {str(autocast_ours.dtype)[6:]} like nn.GroupNorm"))
+        SUMMARY.append(("c", "autocast", f"output {dtype_name(autocast_ours.dtype)} like nn.GroupNorm"))
 
     def test_sequential_swap(self):
         head = toy_models.sequential_head(64).cuda().to(torch.bfloat16)
@@ -431,7 +440,7 @@ class TestLayouts(unittest.TestCase):
                 for kind in ("fp32", "none"):
                     weight, bias = parameters(shape[1], kind, generator)
                     for activation in ("silu", None):
-                        name = f"{'x'.join(map(str, shape))} {str(dtype)[6:]} {kind} {activation}"
+                        name = f"{shape_name(shape)} {dtype_name(dtype)} {kind} {activation}"
                         with self.subTest(case=name):
                             expected = gnsilu.group_norm(x, groups, weight, bias, 1e-6, activation=activation)
                             torch.cuda.synchronize()
@@ -451,7 +460,7 @@ class TestLayouts(unittest.TestCase):
                             torch.testing.assert_close(
                                 ours.float(), reference(x, groups, weight, bias, 1e-6, activation, torch.float32),
                                 **TOLERANCES[dtype])
-                            key = (str(dtype)[6:], activation or "none")
+                            key = (dtype_name(dtype), activation or "none")
                             worst_ulps[key] = max(worst_ulps.get(key, 0.0), worst)
                             count += 1
         SUMMARY.append(("e", "channels-last == contiguous (shapes x dtypes x affine x activation)",

@@ -87,12 +87,12 @@ void group_norm_silu(const Problem& problem, gnsilu_stream stream, Workspace wor
 void check_device() {
   const detail::Driver& d = detail::driver();
   int count = 0;
-  GNSILU_CU(d.cuDeviceGetCount(&count));
+  GNSILU_CHECK(d.cuDeviceGetCount(&count));
   if (count == 0) throw Error(Status::NoDevice, "gnsilu: no CUDA device");
   bool any = false;
   for (int i = 0; i < count; ++i) {
     CUdevice device = 0;
-    GNSILU_CU(d.cuDeviceGet(&device, i));
+    GNSILU_CHECK(d.cuDeviceGet(&device, i));
     if (detail::device_info(device).arch() >= 75) any = true;
   }
   if (!any) throw Error(Status::UnsupportedDevice, "gnsilu: no CUDA device of compute capability 7.5 or newer");

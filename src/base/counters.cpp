@@ -1,10 +1,10 @@
 #include "base/counters.hpp"
 
+#include "base/process_lifetime.hpp"
+
 namespace gnsilu::detail {
 
-Counters& counters() {
-  static Counters* c = new Counters;  // never destroyed: read by threads and exit handlers until the end
-  return *c;
-}
+// Read by threads and exit handlers until the end (immortal).
+Counters& counters() { return immortal<Counters>(); }
 
 }  // namespace gnsilu::detail

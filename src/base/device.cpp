@@ -21,20 +21,20 @@ const DeviceInfo& device_info(CUdevice device) {
   info->device = device;
   info->ordinal = static_cast<int>(device);
   char name[256] = {};
-  GNSILU_CU(d.cuDeviceGetName(name, sizeof name - 1, device));
+  GNSILU_CHECK(d.cuDeviceGetName(name, sizeof name - 1, device));
   info->name = name;
   CUuuid uuid{};
-  GNSILU_CU(d.cuDeviceGetUuid_v2(&uuid, device));
+  GNSILU_CHECK(d.cuDeviceGetUuid_v2(&uuid, device));
   for (unsigned char byte : uuid.bytes) {
     char hex[3];
     std::snprintf(hex, sizeof hex, "%02x", byte);
     info->uuid += hex;
   }
-  GNSILU_CU(d.cuDeviceGetAttribute(&info->major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
-  GNSILU_CU(d.cuDeviceGetAttribute(&info->minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
-  GNSILU_CU(d.cuDeviceGetAttribute(&info->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
-  GNSILU_CU(d.cuDeviceGetAttribute(&info->l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device));
-  GNSILU_CU(d.cuDeviceTotalMem_v2(&info->total_memory, device));
+  GNSILU_CHECK(d.cuDeviceGetAttribute(&info->major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
+  GNSILU_CHECK(d.cuDeviceGetAttribute(&info->minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
+  GNSILU_CHECK(d.cuDeviceGetAttribute(&info->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device));
+  GNSILU_CHECK(d.cuDeviceGetAttribute(&info->l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, device));
+  GNSILU_CHECK(d.cuDeviceTotalMem_v2(&info->total_memory, device));
   slot = std::move(info);
   return *slot;
 }
@@ -49,7 +49,7 @@ CUcontext primary_context(CUdevice device) {
   auto it = retained.find(device);
   if (it != retained.end()) return it->second;
   CUcontext context = nullptr;
-  GNSILU_CU(driver().cuDevicePrimaryCtxRetain(&context, device));
+  GNSILU_CHECK(driver().cuDevicePrimaryCtxRetain(&context, device));
   retained[device] = context;
   return context;
 }
@@ -58,7 +58,7 @@ CUcontext primary_context(CUdevice device) {
 
 ContextScope::ContextScope(const void* hint) {
   const Driver& d = driver();
-  GNSILU_CU(d.cuCtxGetCurrent(&context_));
+  GNSILU_CHECK(d.cuCtxGetCurrent(&context_));
   if (context_ == nullptr) {
     int ordinal = -1;
     CUpointer_attribute attribute = CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL;
@@ -67,17 +67,17 @@ ContextScope::ContextScope(const void* hint) {
         d.cuPointerGetAttributes(1, &attribute, data, reinterpret_cast<CUdeviceptr>(hint)) != CUDA_SUCCESS ||
         ordinal < 0) {
       int count = 0;
-      GNSILU_CU(d.cuDeviceGetCount(&count));
+      GNSILU_CHECK(d.cuDeviceGetCount(&count));
       if (count == 0) throw Error(Status::NoDevice, "gnsilu: no CUDA device");
       throw_invalid("x", "no CUDA context is current on this thread and x is not device memory");
     }
     CUdevice device = 0;
-    GNSILU_CU(d.cuDeviceGet(&device, ordinal));
+    GNSILU_CHECK(d.cuDeviceGet(&device, ordinal));
     context_ = primary_context(device);
-    GNSILU_CU(d.cuCtxPushCurrent_v2(context_));
+    GNSILU_CHECK(d.cuCtxPushCurrent_v2(context_));
     pushed_ = true;
   }
-  GNSILU_CU(d.cuCtxGetDevice(&device_));
+  GNSILU_CHECK(d.cuCtxGetDevice(&device_));
 }
 
 ContextScope::~ContextScope() {
@@ -126,7 +126,7 @@ void check_device_range(const char* name, const void* pointer, std::size_t bytes
 
 uint64_t context_id(CUcontext context) {
   unsigned long long id = 0;
-  GNSILU_CU(driver().cuCtxGetId(context, &id));
+  GNSILU_CHECK(driver().cuCtxGetId(context, &id));
   return id;
 }
 

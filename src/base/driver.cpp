@@ -104,13 +104,13 @@ void EventDestroy::operator()(CUevent event) const noexcept {
 
 UniqueStream make_stream(unsigned flags) {
   CUstream stream = nullptr;
-  GNSILU_CU(driver().cuStreamCreate(&stream, flags));
+  GNSILU_CHECK(driver().cuStreamCreate(&stream, flags));
   return UniqueStream(stream);
 }
 
 UniqueEvent make_event(unsigned flags) {
   CUevent event = nullptr;
-  GNSILU_CU(driver().cuEventCreate(&event, flags));
+  GNSILU_CHECK(driver().cuEventCreate(&event, flags));
   return UniqueEvent(event);
 }
 

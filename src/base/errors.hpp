@@ -19,18 +19,16 @@ namespace gnsilu::detail {
 // A failed NVRTC call outside compilation proper (creation, queries).
 [[noreturn]] void throw_nvrtc(nvrtcResult result, const char* call, const char* file, int line);
 
+// What GNSILU_CHECK calls: one overload per kind of result, so that one macro checks both.
+inline void check_result(CUresult result, const char* call, const char* file, int line) {
+  if (result != CUDA_SUCCESS) throw_cuda(result, call, file, line);
+}
+inline void check_result(nvrtcResult result, const char* call, const char* file, int line) {
+  if (result != NVRTC_SUCCESS) throw_nvrtc(result, call, file, line);
+}
+
 }  // namespace gnsilu::detail
 
-#define GNSILU_CU(call)                                                                 \
-  do {                                                                                  \
-    const CUresult gnsilu_result_ = (call);                                             \
-    if (gnsilu_result_ != CUDA_SUCCESS)                                                 \
-      ::gnsilu::detail::throw_cuda(gnsilu_result_, #call, __FILE__, __LINE__);          \
-  } while (0)
-
-#define GNSILU_NVRTC(call)                                                              \
-  do {                                                                                  \
-    const nvrtcResult gnsilu_result_ = (call);                                          \
-    if (gnsilu_result_ != NVRTC_SUCCESS)                                                \
-      ::gnsilu::detail::throw_nvrtc(gnsilu_result_, #call, __FILE__, __LINE__);         \
-  } while (0)
+// Checks a driver (CUresult) or NVRTC (nvrtcResult) call: a failure throws, naming the call, file and line.
+#define GNSILU_CHECK(call) ::gnsilu::detail::check_result((call), #call, __FILE__, __LINE__)
+#define GNSILU_CU(call) GNSILU_CHECK(call)  // TEMPORARY while the tools move over

@@ -5,12 +5,14 @@
 #include <cstdlib>
 #include <memory>
 
+#include "base/process_lifetime.hpp"
+
 namespace gnsilu::detail {
 
 spdlog::logger& logger() {
-  static spdlog::logger* instance = [] {
+  return immortal<spdlog::logger>([] {  // usable during static destruction
     auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
-    auto* l = new spdlog::logger("gnsilu", sink);  // never destroyed: usable during static destruction
+    auto* l = new spdlog::logger("gnsilu", sink);
     l->set_pattern("[gnsilu %^%l%$] %v");
     spdlog::level::level_enum level = spdlog::level::warn;
     if (const char* env = std::getenv("GNSILU_LOG_LEVEL"); env != nullptr && *env != '\0') {
@@ -18,8 +20,7 @@ spdlog::logger& logger() {
     }
     l->set_level(level);
     return l;
-  }();
-  return *instance;
+  });
 }
 
 }  // namespace gnsilu::detail

@@ -7,6 +7,7 @@
 
 #include "base/errors.hpp"
 #include "base/faults.hpp"
+#include "base/text.hpp"
 #include "runtime/kernel_sources.hpp"
 
 namespace gnsilu::detail {
@@ -19,15 +20,6 @@ struct ProgramDeleter {
   }
 };
 using Program = std::unique_ptr<_nvrtcProgram, ProgramDeleter>;
-
-std::string join(const std::vector<std::string>& parts) {
-  std::string out;
-  for (const auto& p : parts) {
-    if (!out.empty()) out += ' ';
-    out += p;
-  }
-  return out;
-}
 
 std::string program_log(nvrtcProgram program) {
   std::size_t size = 0;
@@ -102,7 +94,7 @@ CompiledProgram compile(const CompileRequest& request) {
     header_names.push_back(kKernelFiles[i].name);
   }
   nvrtcProgram raw = nullptr;
-  GNSILU_NVRTC(nvrtcCreateProgram(&raw, own_source ? request.source.c_str() : main_file->text,
+  GNSILU_CHECK(nvrtcCreateProgram(&raw, own_source ? request.source.c_str() : main_file->text,
                                   own_source ? "program.cu" : main_file->name, static_cast<int>(header_texts.size()),
                                   header_texts.data(), header_names.data()));
   Program program(raw);
@@ -110,7 +102,7 @@ CompiledProgram compile(const CompileRequest& request) {
   for (const auto& name : request.names) {
     if (std::find(unique_names.begin(), unique_names.end(), name) != unique_names.end()) continue;
     unique_names.push_back(name);
-    GNSILU_NVRTC(nvrtcAddNameExpression(raw, name.c_str()));
+    GNSILU_CHECK(nvrtcAddNameExpression(raw, name.c_str()));
   }
 
   std::vector<std::string> options = fixed_options(target, out.is_cubin);
@@ -118,7 +110,7 @@ CompiledProgram compile(const CompileRequest& request) {
   if (take_fault(Fault::Compile)) options.push_back("--gnsilu-injected-fault");
   std::vector<const char*> option_ptrs;
   for (const auto& o : options) option_ptrs.push_back(o.c_str());
-  out.options = join(options);
+  out.options = join(options, " ");
 
   const nvrtcResult result = nvrtcCompileProgram(raw, static_cast<int>(option_ptrs.size()), option_ptrs.data());
   out.log = program_log(raw);
@@ -129,18 +121,18 @@ CompiledProgram compile(const CompileRequest& request) {
   }
   for (const auto& name : request.names) {
     const char* lowered = nullptr;
-    GNSILU_NVRTC(nvrtcGetLoweredName(raw, name.c_str(), &lowered));
+    GNSILU_CHECK(nvrtcGetLoweredName(raw, name.c_str(), &lowered));
     out.lowered_names.emplace_back(lowered);
   }
   std::size_t size = 0;
   if (out.is_cubin) {
-    GNSILU_NVRTC(nvrtcGetCUBINSize(raw, &size));
+    GNSILU_CHECK(nvrtcGetCUBINSize(raw, &size));
     out.image.resize(size);
-    GNSILU_NVRTC(nvrtcGetCUBIN(raw, out.image.data()));
+    GNSILU_CHECK(nvrtcGetCUBIN(raw, out.image.data()));
   } else {
-    GNSILU_NVRTC(nvrtcGetPTXSize(raw, &size));
+    GNSILU_CHECK(nvrtcGetPTXSize(raw, &size));
     out.image.resize(size);
-    GNSILU_NVRTC(nvrtcGetPTX(raw, out.image.data()));
+    GNSILU_CHECK(nvrtcGetPTX(raw, out.image.data()));
   }
   return out;
 }

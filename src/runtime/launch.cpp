@@ -72,7 +72,7 @@ void launch_call(const Call& call, const LaunchConfig& config) {
   void* base = call.workspace;
   if (base == nullptr) {
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    GNSILU_CU(d.cuStreamIsCapturing(stream, &capture));
+    GNSILU_CHECK(d.cuStreamIsCapturing(stream, &capture));
     base = internal_workspace(call.context, stream, plan.workspace, capture != CU_STREAM_CAPTURE_STATUS_NONE);
   }
   p.records = base;

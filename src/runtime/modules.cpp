@@ -1,7 +1,6 @@
 #include "runtime/modules.hpp"
 
 #include <chrono>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -11,22 +10,24 @@
 #include "base/errors.hpp"
 #include "cache/cache.hpp"
 #include "base/counters.hpp"
+#include "base/hash.hpp"
 #include "base/log.hpp"
+#include "base/process_lifetime.hpp"
 
 namespace gnsilu::detail {
 
 LoadedModule::LoadedModule(CUcontext context, const CompiledProgram& program, std::size_t first_name)
     : context_(context) {
   const Driver& d = driver();
-  GNSILU_CU(d.cuModuleLoadData(&module_, program.image.data()));
+  GNSILU_CHECK(d.cuModuleLoadData(&module_, program.image.data()));
   try {
     for (int k = 0; k < kKernelCount; ++k) {
-      GNSILU_CU(d.cuModuleGetFunction(&functions_[static_cast<std::size_t>(k)], module_,
+      GNSILU_CHECK(d.cuModuleGetFunction(&functions_[static_cast<std::size_t>(k)], module_,
                                       program.lowered_names[first_name + static_cast<std::size_t>(k)].c_str()));
     }
     // chunk_stats may take more than the 48 KiB of dynamic shared memory a launch gets by default (channels-last
     // tiles of 64-byte slices).
-    GNSILU_CU(d.cuFuncSetAttribute(functions_[kStats], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    GNSILU_CHECK(d.cuFuncSetAttribute(functions_[kStats], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                    kMaxStatsSharedBytes));
   } catch (...) {
     d.cuModuleUnload(module_);
@@ -52,21 +53,28 @@ CodeKey code_key(const Variant& v) {
           v.config.stages, static_cast<int>(v.layout), static_cast<int>(v.activation)};
 }
 
-using ProgramFuture = std::shared_future<std::shared_ptr<const CompiledProgram>>;
+using ProgramKey = std::tuple<int, CodeKey>;  // arch, code
+struct ProgramKeyHash {
+  std::size_t operator()(const ProgramKey& k) const noexcept {
+    Fnv1a h;
+    h.add_word(static_cast<uint64_t>(std::get<0>(k)));
+    std::apply([&h](auto... v) { (h.add_word(static_cast<uint64_t>(v)), ...); }, std::get<1>(k));
+    return static_cast<std::size_t>(h.value());
+  }
+};
+
+// One program per (arch, code): the first caller compiles (or loads it from the cache), the others wait.
+using Programs = ComputeOnce<ProgramKey, std::shared_ptr<const CompiledProgram>, ProgramKeyHash>;
 
 struct Registry {
+  Programs programs;
   std::mutex mutex;
-  // One entry per (arch, code): the first caller compiles (outside the lock), the others wait on its future.
-  std::map<std::tuple<int, CodeKey>, ProgramFuture> programs;
   // Keyed by context ID: a destroyed context's handle may come back for a new context, its modules may not.
   std::map<std::tuple<uint64_t, CodeKey>, std::unique_ptr<LoadedModule>> modules;
 };
 
-// Never destroyed: modules outlive static destruction, where the driver may already be gone.
-Registry& registry() {
-  static Registry* r = new Registry;
-  return *r;
-}
+// Modules outlive static destruction, where the driver may already be gone (immortal).
+Registry& registry() { return immortal<Registry>(); }
 
 // The compiled program of a variant: from the cache files when there, else from NVRTC (and then saved).
 std::shared_ptr<const CompiledProgram> load_or_compile(int arch, const Variant& variant) {
@@ -100,33 +108,9 @@ std::shared_ptr<const CompiledProgram> load_or_compile(int arch, const Variant& 
 }  // namespace
 
 const CompiledProgram& compiled_for(int arch, const Variant& variant) {
-  Registry& r = registry();
-  const auto key = std::make_tuple(arch, code_key(variant));
-  std::promise<std::shared_ptr<const CompiledProgram>> promise;
-  ProgramFuture future;
-  bool mine = false;
-  {
-    std::lock_guard lock(r.mutex);
-    auto it = r.programs.find(key);
-    if (it == r.programs.end()) {
-      future = promise.get_future().share();
-      r.programs.emplace(key, future);
-      mine = true;
-    } else {
-      future = it->second;
-    }
-  }
-  if (mine) {
-    try {
-      promise.set_value(load_or_compile(arch, variant));
-    } catch (...) {
-      promise.set_exception(std::current_exception());
-      std::lock_guard lock(r.mutex);
-      r.programs.erase(key);  // a later call tries again
-      throw;
-    }
-  }
-  return *future.get();
+  const ProgramKey key{arch, code_key(variant)};
+  // A failure leaves nothing behind: a later call tries again.
+  return *registry().programs.get(key, [&] { return Programs::Computed{load_or_compile(arch, variant)}; });
 }
 
 const LoadedModule& kernels_for(CUcontext context, const DeviceInfo& device, const Variant& variant) {

@@ -10,6 +10,7 @@
 #include "base/driver.hpp"
 #include "base/errors.hpp"
 #include "base/log.hpp"
+#include "base/process_lifetime.hpp"
 
 namespace gnsilu::detail {
 
@@ -17,7 +18,7 @@ DeviceBuffer::DeviceBuffer(CUcontext context, std::size_t bytes) : context_(cont
   const Driver& d = driver();
   // Allocation is not a stream operation; relaxed mode lets it happen while some stream captures a graph.
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-  GNSILU_CU(d.cuThreadExchangeStreamCaptureMode(&mode));
+  GNSILU_CHECK(d.cuThreadExchangeStreamCaptureMode(&mode));
   const CUresult result = d.cuMemAlloc_v2(&pointer_, bytes == 0 ? 1 : bytes);
   d.cuThreadExchangeStreamCaptureMode(&mode);
   if (result != CUDA_SUCCESS) {
@@ -66,10 +67,8 @@ struct Workspaces {
   std::vector<DeviceBuffer> captured;  // owned by graphs that may still be replayed
 };
 
-Workspaces& workspaces() {
-  static Workspaces* w = new Workspaces;  // never destroyed: see modules.cpp
-  return *w;
-}
+// Holds device memory: must outlive static destruction, where the driver may already be gone (immortal).
+Workspaces& workspaces() { return immortal<Workspaces>(); }
 
 }  // namespace
 
@@ -84,7 +83,7 @@ void* internal_workspace(CUcontext context, CUstream stream, std::size_t bytes, 
   DeviceBuffer& buffer = w.per_stream[{context_id(context), stream}];
   if (buffer.size() < bytes) {
     const std::size_t previous = buffer.size();
-    if (buffer.get() != 0) GNSILU_CU(driver().cuStreamSynchronize(stream));  // earlier work may still use it
+    if (buffer.get() != 0) GNSILU_CHECK(driver().cuStreamSynchronize(stream));  // earlier work may still use it
     buffer = DeviceBuffer();
     // Grow geometrically so that a sequence of growing shapes reallocates a few times only.
     buffer = DeviceBuffer(context, std::max(bytes, previous * 2));

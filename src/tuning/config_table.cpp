@@ -1,15 +1,11 @@
 #include "tuning/config_table.hpp"
 
-#include <future>
-#include <mutex>
-#include <shared_mutex>
-#include <unordered_map>
-
 #include "base/hash.hpp"
 #include "base/driver.hpp"
 #include "base/errors.hpp"
 #include "base/launch_config.hpp"
 #include "base/log.hpp"
+#include "base/process_lifetime.hpp"
 #include "cache/cache.hpp"
 
 namespace gnsilu::detail {
@@ -40,16 +36,9 @@ struct FastKeyHash {
   }
 };
 
-struct Table {
-  std::shared_mutex mutex;
-  std::unordered_map<FastKey, LaunchConfig, FastKeyHash> configs;
-  std::unordered_map<FastKey, std::shared_future<LaunchConfig>, FastKeyHash> in_flight;
-};
-
-Table& table() {
-  static Table* t = new Table;  // never destroyed: calls may come during static destruction
-  return *t;
-}
+// Resolved configurations by key; a miss is resolved once while other threads asking for the key wait.
+using Table = ComputeOnce<FastKey, LaunchConfig, FastKeyHash>;
+Table& table() { return immortal<Table>(); }
 
 bool capturing(const Call& call, const TuningHooks& hooks) {
   if (hooks.capturing) return hooks.capturing(call);
@@ -105,38 +94,18 @@ LaunchConfig lookup(const Call& call, TunePolicy policy, const TuningHooks* hook
                     static_cast<int8_t>(call.geometry.layout),
                     static_cast<int8_t>(call.problem.activation)};
   Table& t = table();
-  {
-    std::shared_lock lock(t.mutex);
-    auto it = t.configs.find(key);
-    if (it != t.configs.end()) return it->second;
-  }
-  std::promise<LaunchConfig> promise;
-  std::shared_future<LaunchConfig> future;
-  {
-    std::unique_lock lock(t.mutex);
-    if (auto it = t.configs.find(key); it != t.configs.end()) return it->second;
-    if (auto it = t.in_flight.find(key); it != t.in_flight.end()) {
-      future = it->second;
-    } else {
-      future = promise.get_future().share();
-      t.in_flight.emplace(key, future);
-      lock.unlock();
-      bool remember = true;
-      LaunchConfig result = default_config(call.path);
-      try {
-        result = resolve(call, policy, small, remember, hooks != nullptr ? *hooks : gpu_hooks());
-      } catch (const std::exception& e) {
-        logger().warn("choosing a launch configuration failed ({}); using the default", e.what());
-        remember = false;
-      }
-      lock.lock();
-      if (remember) t.configs[key] = result;
-      t.in_flight.erase(key);
-      promise.set_value(result);
-      return result;
+  if (auto config = t.find(key)) return *config;
+  return t.get(key, [&] {
+    bool remember = true;
+    LaunchConfig result = default_config(call.path);
+    try {
+      result = resolve(call, policy, small, remember, hooks != nullptr ? *hooks : gpu_hooks());
+    } catch (const std::exception& e) {
+      logger().warn("choosing a launch configuration failed ({}); using the default", e.what());
+      remember = false;
     }
-  }
-  return future.get();  // another thread of this process is resolving the same key
+    return Table::Computed{result, remember};
+  });
 }
 
 }  // namespace
@@ -147,10 +116,6 @@ LaunchConfig config_for(const Call& call, TunePolicy policy, const TuningHooks& 
   return lookup(call, policy, &hooks);
 }
 
-void clear_config_table() {
-  Table& t = table();
-  std::unique_lock lock(t.mutex);
-  t.configs.clear();
-}
+void clear_config_table() { table().clear(); }
 
 }  // namespace gnsilu::detail

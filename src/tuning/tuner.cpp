@@ -197,8 +197,8 @@ GpuBackend::GpuBackend(const Call& call, const LaunchConfig& default_config)
       stop_(make_event()) {
   const Driver& d = driver();
   // x may still be being written by the caller's stream: start after its work.
-  GNSILU_CU(d.cuEventRecord(start_.get(), call.stream));
-  GNSILU_CU(d.cuStreamWaitEvent(stream_.get(), start_.get(), 0));
+  GNSILU_CHECK(d.cuEventRecord(start_.get(), call.stream));
+  GNSILU_CHECK(d.cuStreamWaitEvent(stream_.get(), start_.get(), 0));
   y_ = DeviceBuffer(context_, static_cast<std::size_t>(geometry_.numel) * dtype_size(problem_.y_dtype));
   workspace_ = DeviceBuffer(context_, std::max<std::size_t>(workspace_bytes(geometry_), 256));
   // Twice the L2, written before each timed run, so that every run reads x from DRAM as a real call would.
@@ -224,23 +224,23 @@ void GpuBackend::run(const LaunchConfig& config) {
 double GpuBackend::time_us(const LaunchConfig& config) {
   const Driver& d = driver();
   flush_byte_ = static_cast<unsigned char>(flush_byte_ + 1);
-  GNSILU_CU(d.cuMemsetD8Async(flush_.get(), flush_byte_, flush_.size(), stream_.get()));
-  GNSILU_CU(d.cuEventRecord(start_.get(), stream_.get()));
+  GNSILU_CHECK(d.cuMemsetD8Async(flush_.get(), flush_byte_, flush_.size(), stream_.get()));
+  GNSILU_CHECK(d.cuEventRecord(start_.get(), stream_.get()));
   run(config);
-  GNSILU_CU(d.cuEventRecord(stop_.get(), stream_.get()));
-  GNSILU_CU(d.cuEventSynchronize(stop_.get()));
+  GNSILU_CHECK(d.cuEventRecord(stop_.get(), stream_.get()));
+  GNSILU_CHECK(d.cuEventSynchronize(stop_.get()));
   float ms = 0;
-  GNSILU_CU(d.cuEventElapsedTime(&ms, start_.get(), stop_.get()));
+  GNSILU_CHECK(d.cuEventElapsedTime(&ms, start_.get(), stop_.get()));
   return 1000.0 * static_cast<double>(ms);
 }
 
 std::vector<unsigned char> GpuBackend::output(const LaunchConfig& config) {
   const Driver& d = driver();
-  GNSILU_CU(d.cuMemsetD8Async(y_.get(), 0xFF, y_.size(), stream_.get()));
+  GNSILU_CHECK(d.cuMemsetD8Async(y_.get(), 0xFF, y_.size(), stream_.get()));
   run(config);
   std::vector<unsigned char> host(y_.size());
-  GNSILU_CU(d.cuStreamSynchronize(stream_.get()));
-  GNSILU_CU(d.cuMemcpyDtoH_v2(host.data(), y_.get(), host.size()));
+  GNSILU_CHECK(d.cuStreamSynchronize(stream_.get()));
+  GNSILU_CHECK(d.cuMemcpyDtoH_v2(host.data(), y_.get(), host.size()));
   return host;
 }
 

@@ -21,7 +21,7 @@ constexpr std::size_t kMaxScratchBytes = std::size_t{256} << 20;
 
 std::size_t free_device_memory() {
   std::size_t free_bytes = 0, total = 0;
-  GNSILU_CU(driver().cuMemGetInfo_v2(&free_bytes, &total));
+  GNSILU_CHECK(driver().cuMemGetInfo_v2(&free_bytes, &total));
   return free_bytes;
 }
 

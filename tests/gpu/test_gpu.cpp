@@ -45,8 +45,8 @@ class DeviceMemory {
  public:
   static constexpr std::size_t kGuard = 4096;
   explicit DeviceMemory(std::size_t bytes, std::size_t offset = 0) : bytes_(bytes), offset_(offset) {
-    GNSILU_CU(drv().cuMemAlloc_v2(&base_, bytes + 2 * kGuard + offset));
-    GNSILU_CU(drv().cuMemsetD8_v2(base_, kPattern, bytes + 2 * kGuard + offset));
+    GNSILU_CHECK(drv().cuMemAlloc_v2(&base_, bytes + 2 * kGuard + offset));
+    GNSILU_CHECK(drv().cuMemsetD8_v2(base_, kPattern, bytes + 2 * kGuard + offset));
   }
   ~DeviceMemory() {
     if (base_) drv().cuMemFree_v2(base_);
@@ -55,15 +55,15 @@ class DeviceMemory {
   DeviceMemory& operator=(const DeviceMemory&) = delete;
   void* get() const { return reinterpret_cast<void*>(base_ + kGuard + offset_); }
   std::size_t size() const { return bytes_; }
-  void upload(const void* data) { GNSILU_CU(drv().cuMemcpyHtoD_v2(base_ + kGuard + offset_, data, bytes_)); }
-  void download(void* data) const { GNSILU_CU(drv().cuMemcpyDtoH_v2(data, base_ + kGuard + offset_, bytes_)); }
-  void fill(unsigned char v) { GNSILU_CU(drv().cuMemsetD8_v2(base_ + kGuard + offset_, v, bytes_)); }
+  void upload(const void* data) { GNSILU_CHECK(drv().cuMemcpyHtoD_v2(base_ + kGuard + offset_, data, bytes_)); }
+  void download(void* data) const { GNSILU_CHECK(drv().cuMemcpyDtoH_v2(data, base_ + kGuard + offset_, bytes_)); }
+  void fill(unsigned char v) { GNSILU_CHECK(drv().cuMemsetD8_v2(base_ + kGuard + offset_, v, bytes_)); }
   bool guards_intact() const {
     std::vector<unsigned char> g(kGuard + offset_);
-    GNSILU_CU(drv().cuMemcpyDtoH_v2(g.data(), base_, g.size()));
+    GNSILU_CHECK(drv().cuMemcpyDtoH_v2(g.data(), base_, g.size()));
     if (std::any_of(g.begin(), g.end(), [](unsigned char c) { return c != kPattern; })) return false;
     std::vector<unsigned char> t(kGuard);
-    GNSILU_CU(drv().cuMemcpyDtoH_v2(t.data(), base_ + kGuard + offset_ + bytes_, kGuard));
+    GNSILU_CHECK(drv().cuMemcpyDtoH_v2(t.data(), base_ + kGuard + offset_ + bytes_, kGuard));
     return std::all_of(t.begin(), t.end(), [](unsigned char c) { return c == kPattern; });
   }
 
@@ -74,7 +74,7 @@ class DeviceMemory {
   std::size_t offset_ = 0;
 };
 
-void device_sync() { GNSILU_CU(drv().cuCtxSynchronize()); }
+void device_sync() { GNSILU_CHECK(drv().cuCtxSynchronize()); }
 
 struct Shape {
   std::vector<int64_t> dims;
@@ -102,12 +102,7 @@ int64_t numel(const std::vector<int64_t>& dims) {
 }
 
 std::string shape_text(const Shape& s) {
-  std::string out;
-  for (auto d : s.dims) {
-    if (!out.empty()) out += 'x';
-    out += std::to_string(d);
-  }
-  out += " G=" + std::to_string(s.groups);
+  std::string out = gnsilu::cache::TunedShape{s.dims, s.groups}.text();
   if (s.misalign) out += " offset by " + std::to_string(s.misalign) + " elements";
   return out;
 }
@@ -139,7 +134,7 @@ const DType kTypes[] = {DType::BF16, DType::FP16, DType::FP32};
 // Compile every variant the tests use, in parallel (NVRTC is thread-safe across programs).
 void precompile_all() {
   CUdevice device = 0;
-  GNSILU_CU(drv().cuCtxGetDevice(&device));
+  GNSILU_CHECK(drv().cuCtxGetDevice(&device));
   const int arch = gnsilu::detail::device_info(device).arch();
   std::vector<gnsilu::detail::Variant> variants;
   for (DType x : kTypes)
@@ -381,23 +376,23 @@ TEST_CASE("finalize: groups of 1 to 4097 chunk records (records held in register
 
 TEST_CASE("the fast 16-bit SiLU decides like silu32 for every FP32 input") {
   CUdevice device = 0;
-  GNSILU_CU(drv().cuCtxGetDevice(&device));
+  GNSILU_CHECK(drv().cuCtxGetDevice(&device));
   gnsilu::detail::CompileRequest request;
   request.arch = gnsilu::detail::device_info(device).arch();
   request.names = {"gnsilu::kernel::silu_fast_check<0>"};
   request.source = gnsilu_test::kSiluFastCheckSource;
   const auto program = gnsilu::detail::compile(request);
   CUmodule module = nullptr;
-  GNSILU_CU(drv().cuModuleLoadData(&module, program.image.data()));
+  GNSILU_CHECK(drv().cuModuleLoadData(&module, program.image.data()));
   CUfunction check = nullptr;
-  GNSILU_CU(drv().cuModuleGetFunction(&check, module, program.lowered_names[0].c_str()));
+  GNSILU_CHECK(drv().cuModuleGetFunction(&check, module, program.lowered_names[0].c_str()));
   DeviceMemory counts(6 * sizeof(unsigned long long));
   counts.fill(0);
   unsigned long long first = 0, count = 1ull << 32;
   CUdeviceptr out = reinterpret_cast<CUdeviceptr>(counts.get());
   void* args[] = {&first, &count, &out};
   const auto started = std::chrono::steady_clock::now();
-  GNSILU_CU(drv().cuLaunchKernel(check, 132 * 16, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr));
+  GNSILU_CHECK(drv().cuLaunchKernel(check, 132 * 16, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr));
   device_sync();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   unsigned long long c[6] = {};
@@ -473,7 +468,7 @@ TEST_CASE("a call captured into a CUDA graph replays to the same bits, in both l
     device_sync();
     dy.fill(0xFF);
     CUstream stream = nullptr;
-    GNSILU_CU(drv().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    GNSILU_CHECK(drv().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
     // The graph API is not in the library's driver table: resolve what this test needs here.
     void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     REQUIRE(handle != nullptr);
@@ -484,14 +479,14 @@ TEST_CASE("a call captured into a CUDA graph replays to the same bits, in both l
     auto exec_destroy = reinterpret_cast<decltype(&cuGraphExecDestroy)>(dlsym(handle, "cuGraphExecDestroy"));
     auto graph_destroy = reinterpret_cast<decltype(&cuGraphDestroy)>(dlsym(handle, "cuGraphDestroy"));
     REQUIRE((begin && end && instantiate && graph_launch && exec_destroy && graph_destroy));
-    GNSILU_CU(begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    GNSILU_CHECK(begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
     gnsilu::group_norm_silu(p, stream, {}, split);
     CUgraph graph = nullptr;
-    GNSILU_CU(end(stream, &graph));
+    GNSILU_CHECK(end(stream, &graph));
     CUgraphExec exec = nullptr;
-    GNSILU_CU(instantiate(&exec, graph, 0));
-    for (int i = 0; i < 3; ++i) GNSILU_CU(graph_launch(exec, stream));
-    GNSILU_CU(drv().cuStreamSynchronize(stream));
+    GNSILU_CHECK(instantiate(&exec, graph, 0));
+    for (int i = 0; i < 3; ++i) GNSILU_CHECK(graph_launch(exec, stream));
+    GNSILU_CHECK(drv().cuStreamSynchronize(stream));
     dy.download(got.data());
     CHECK(got.bytes == expected.bytes);
     exec_destroy(exec);
@@ -536,7 +531,7 @@ TEST_CASE("a tensor of more than 2^31 elements matches the reference in both lay
   const auto n = static_cast<std::size_t>(numel(dims));
   REQUIRE(n > (std::size_t{1} << 31));
   std::size_t free_bytes = 0, total = 0;
-  GNSILU_CU(drv().cuMemGetInfo_v2(&free_bytes, &total));
+  GNSILU_CHECK(drv().cuMemGetInfo_v2(&free_bytes, &total));
   if (free_bytes < 4 * n + (std::size_t{1} << 30)) {
     MESSAGE("skipped: needs " << 4 * n << " bytes of device memory, " << free_bytes << " free");
     return;
@@ -755,10 +750,10 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--worker") {
     try {
       CUdevice device = 0;
-      GNSILU_CU(drv().cuDeviceGet(&device, 0));
+      GNSILU_CHECK(drv().cuDeviceGet(&device, 0));
       CUcontext context = nullptr;
-      GNSILU_CU(drv().cuDevicePrimaryCtxRetain(&context, device));
-      GNSILU_CU(drv().cuCtxSetCurrent(context));
+      GNSILU_CHECK(drv().cuDevicePrimaryCtxRetain(&context, device));
+      GNSILU_CHECK(drv().cuCtxSetCurrent(context));
       return worker();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "worker: %s\n", e.what());
@@ -768,10 +763,10 @@ int main(int argc, char** argv) {
   if (!gpu_present_or_say_why()) return 77;
   try {
     CUdevice device = 0;
-    GNSILU_CU(drv().cuDeviceGet(&device, 0));
+    GNSILU_CHECK(drv().cuDeviceGet(&device, 0));
     CUcontext context = nullptr;
-    GNSILU_CU(drv().cuDevicePrimaryCtxRetain(&context, device));
-    GNSILU_CU(drv().cuCtxSetCurrent(context));
+    GNSILU_CHECK(drv().cuDevicePrimaryCtxRetain(&context, device));
+    GNSILU_CHECK(drv().cuCtxSetCurrent(context));
     const auto& info = gnsilu::detail::device_info(device);
     std::printf("device 0: %s, sm_%d, %d SMs\n", info.name.c_str(), info.arch(), info.sms);
   } catch (const gnsilu::Error& e) {

@@ -38,13 +38,13 @@ std::size_t resident_bytes() {
 
 std::size_t free_device_bytes() {
   std::size_t free_bytes = 0, total = 0;
-  GNSILU_CU(drv().cuMemGetInfo_v2(&free_bytes, &total));
+  GNSILU_CHECK(drv().cuMemGetInfo_v2(&free_bytes, &total));
   return free_bytes;
 }
 
 struct DeviceArray {
   CUdeviceptr p = 0;
-  explicit DeviceArray(std::size_t bytes) { GNSILU_CU(drv().cuMemAlloc_v2(&p, bytes)); }
+  explicit DeviceArray(std::size_t bytes) { GNSILU_CHECK(drv().cuMemAlloc_v2(&p, bytes)); }
   ~DeviceArray() { drv().cuMemFree_v2(p); }
   void* get() const { return reinterpret_cast<void*>(p); }
 };
@@ -91,10 +91,10 @@ int main() {
     // The default configurations only: a tuned winner would load another module mid-run (device memory).
     gnsilu::set_tune_policy(gnsilu::TunePolicy::Never);
     CUdevice dev = 0;
-    GNSILU_CU(drv().cuDeviceGet(&dev, 0));
+    GNSILU_CHECK(drv().cuDeviceGet(&dev, 0));
     CUcontext ctx = nullptr;
-    GNSILU_CU(drv().cuDevicePrimaryCtxRetain(&ctx, dev));
-    GNSILU_CU(drv().cuCtxSetCurrent(ctx));
+    GNSILU_CHECK(drv().cuDevicePrimaryCtxRetain(&ctx, dev));
+    GNSILU_CHECK(drv().cuCtxSetCurrent(ctx));
 
     // Inputs: one x per dtype (host copies kept for the reference), weight and bias per dtype, y per stream.
     std::vector<HostTensor> host_x, host_w, host_b;
@@ -107,12 +107,12 @@ int main() {
         auto& vec = pair == &host_x ? dev_x : pair == &host_w ? dev_w : dev_b;
         const HostTensor& h = pair->back();
         vec.push_back(std::make_unique<DeviceArray>(h.bytes.size()));
-        GNSILU_CU(drv().cuMemcpyHtoD_v2(vec.back()->p, h.data(), h.bytes.size()));
+        GNSILU_CHECK(drv().cuMemcpyHtoD_v2(vec.back()->p, h.data(), h.bytes.size()));
       }
     }
     std::vector<CUstream> streams(kStreams);
     for (auto& s : streams) {
-      GNSILU_CU(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+      GNSILU_CHECK(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
       dev_y.push_back(std::make_unique<DeviceArray>(kMaxElements * 4));
     }
     auto index = [](DType d) { return d == DType::BF16 ? 0 : d == DType::FP16 ? 1 : 2; };
@@ -145,7 +145,7 @@ int main() {
         }
       }
     }
-    GNSILU_CU(drv().cuCtxSynchronize());
+    GNSILU_CHECK(drv().cuCtxSynchronize());
 
     std::mt19937_64 rng(20261129);
     long checked = 0, mismatched = 0;
@@ -155,16 +155,16 @@ int main() {
       const Call c = random_call(rng);
       gnsilu::group_norm_silu(problem_of(c), streams[static_cast<std::size_t>(c.stream)]);
       if (i == 1000) {  // after the first check: the host side is warm too
-        GNSILU_CU(drv().cuCtxSynchronize());
+        GNSILU_CHECK(drv().cuCtxSynchronize());
         rss_start = resident_bytes();
         device_start = free_device_bytes();
       }
       if (i % 1000 == 999) {
-        GNSILU_CU(drv().cuStreamSynchronize(streams[static_cast<std::size_t>(c.stream)]));
+        GNSILU_CHECK(drv().cuStreamSynchronize(streams[static_cast<std::size_t>(c.stream)]));
         std::size_t n = 1;
         for (auto d : c.shape) n *= static_cast<std::size_t>(d);
         HostTensor got(c.y, n), expected(c.y, n);
-        GNSILU_CU(drv().cuMemcpyDtoH_v2(got.data(), dev_y[static_cast<std::size_t>(c.stream)]->p, got.bytes.size()));
+        GNSILU_CHECK(drv().cuMemcpyDtoH_v2(got.data(), dev_y[static_cast<std::size_t>(c.stream)]->p, got.bytes.size()));
         gnsilu::Problem p = problem_of(c);
         p.x = host_x[static_cast<std::size_t>(index(c.x))].data();
         p.y = expected.data();
@@ -181,7 +181,7 @@ int main() {
         }
       }
     }
-    GNSILU_CU(drv().cuCtxSynchronize());
+    GNSILU_CHECK(drv().cuCtxSynchronize());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const std::size_t rss_end = resident_bytes(), device_end = free_device_bytes();
     const long long rss_growth = static_cast<long long>(rss_end) - static_cast<long long>(rss_start);

@@ -38,15 +38,15 @@ const gnsilu::detail::Driver& drv() { return gnsilu::detail::driver(); }
 
 int device_count() {
   int n = 0;
-  GNSILU_CU(drv().cuDeviceGetCount(&n));
+  GNSILU_CHECK(drv().cuDeviceGetCount(&n));
   return n;
 }
 
 CUcontext primary(int ordinal) {
   CUdevice dev = 0;
-  GNSILU_CU(drv().cuDeviceGet(&dev, ordinal));
+  GNSILU_CHECK(drv().cuDeviceGet(&dev, ordinal));
   CUcontext ctx = nullptr;
-  GNSILU_CU(drv().cuDevicePrimaryCtxRetain(&ctx, dev));
+  GNSILU_CHECK(drv().cuDevicePrimaryCtxRetain(&ctx, dev));
   return ctx;
 }
 
@@ -54,8 +54,8 @@ CUcontext primary(int ordinal) {
 class Buffer {
  public:
   explicit Buffer(std::size_t bytes) : bytes_(bytes) {
-    GNSILU_CU(drv().cuCtxGetCurrent(&context_));
-    GNSILU_CU(drv().cuMemAlloc_v2(&ptr_, std::max<std::size_t>(bytes, 1)));
+    GNSILU_CHECK(drv().cuCtxGetCurrent(&context_));
+    GNSILU_CHECK(drv().cuMemAlloc_v2(&ptr_, std::max<std::size_t>(bytes, 1)));
   }
   ~Buffer() {
     if (ptr_ != 0 && drv().cuCtxPushCurrent_v2(context_) == CUDA_SUCCESS) {
@@ -67,11 +67,11 @@ class Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   void* get() const { return reinterpret_cast<void*>(ptr_); }
-  void upload(const void* data) { GNSILU_CU(drv().cuMemcpyHtoD_v2(ptr_, data, bytes_)); }
-  void fill(unsigned char v) { GNSILU_CU(drv().cuMemsetD8_v2(ptr_, v, bytes_)); }
+  void upload(const void* data) { GNSILU_CHECK(drv().cuMemcpyHtoD_v2(ptr_, data, bytes_)); }
+  void fill(unsigned char v) { GNSILU_CHECK(drv().cuMemsetD8_v2(ptr_, v, bytes_)); }
   std::vector<unsigned char> download() const {
     std::vector<unsigned char> out(bytes_);
-    GNSILU_CU(drv().cuMemcpyDtoH_v2(out.data(), ptr_, bytes_));
+    GNSILU_CHECK(drv().cuMemcpyDtoH_v2(out.data(), ptr_, bytes_));
     return out;
   }
 
@@ -117,12 +117,7 @@ struct Case {
   }
   std::size_t y_bytes() const { return expected.bytes.size(); }
   std::string text() const {
-    std::string s;
-    for (auto d : dims) {
-      if (!s.empty()) s += 'x';
-      s += std::to_string(d);
-    }
-    s += " G=" + std::to_string(groups) + " ";
+    std::string s = gnsilu::cache::TunedShape{dims, groups}.text() + " ";
     s += gnsilu::dtype_name(x_dtype);
     s += '>';
     s += gnsilu::dtype_name(y_dtype);
@@ -150,11 +145,11 @@ std::string temp_dir() {
 
 struct Stream {
   CUstream s = nullptr;
-  Stream() { GNSILU_CU(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)); }
+  Stream() { GNSILU_CHECK(drv().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)); }
   ~Stream() { drv().cuStreamDestroy_v2(s); }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
-  void sync() const { GNSILU_CU(drv().cuStreamSynchronize(s)); }
+  void sync() const { GNSILU_CHECK(drv().cuStreamSynchronize(s)); }
 };
 
 std::vector<Case> mixed_cases() {
@@ -185,7 +180,7 @@ const std::vector<std::vector<int64_t>> kRankShapes = {{1, 512, 128, 128}, {1, 2
 int rank_main(int rank) {
   const int count = device_count();
   const int ordinal = rank % count;
-  GNSILU_CU(drv().cuCtxSetCurrent(primary(ordinal)));
+  GNSILU_CHECK(drv().cuCtxSetCurrent(primary(ordinal)));
   std::vector<std::unique_ptr<Buffer>> keep;
   for (const auto& d : kRankShapes) {
     const auto n = static_cast<std::size_t>(numel(d));
@@ -199,7 +194,7 @@ int rank_main(int rank) {
     keep.push_back(std::move(x));
     keep.push_back(std::move(y));
   }
-  GNSILU_CU(drv().cuCtxSynchronize());
+  GNSILU_CHECK(drv().cuCtxSynchronize());
   const auto& c = gnsilu::detail::counters();
   std::printf("device=%d tuned=%llu found=%llu defaulted=%llu\n", ordinal,
               static_cast<unsigned long long>(c.tuned.load()), static_cast<unsigned long long>(c.found_in_cache.load()),
@@ -212,10 +207,10 @@ struct MemoryHog {
   std::vector<std::unique_ptr<Buffer>> blocks;
   explicit MemoryHog(std::size_t leave) {
     std::size_t free_bytes = 0, total = 0;
-    GNSILU_CU(drv().cuMemGetInfo_v2(&free_bytes, &total));
+    GNSILU_CHECK(drv().cuMemGetInfo_v2(&free_bytes, &total));
     for (std::size_t chunk = std::size_t{1} << 30; chunk >= 4096; chunk /= 4) {
       for (;;) {
-        GNSILU_CU(drv().cuMemGetInfo_v2(&free_bytes, &total));
+        GNSILU_CHECK(drv().cuMemGetInfo_v2(&free_bytes, &total));
         if (free_bytes < leave + chunk) break;
         CUdeviceptr probe = 0;
         if (drv().cuMemAlloc_v2(&probe, chunk) != CUDA_SUCCESS) break;
@@ -226,7 +221,7 @@ struct MemoryHog {
   }
   std::size_t free_now() const {
     std::size_t free_bytes = 0, total = 0;
-    GNSILU_CU(drv().cuMemGetInfo_v2(&free_bytes, &total));
+    GNSILU_CHECK(drv().cuMemGetInfo_v2(&free_bytes, &total));
     return free_bytes;
   }
 };
@@ -234,7 +229,7 @@ struct MemoryHog {
 }  // namespace
 
 TEST_CASE("resource faults: NVRTC failing, a launch failing, no memory for the workspace or for tuning") {
-  GNSILU_CU(drv().cuCtxSetCurrent(primary(0)));
+  GNSILU_CHECK(drv().cuCtxSetCurrent(primary(0)));
   gnsilu::set_cache_paths("");  // memory only: every new variant needs NVRTC
   gnsilu::detail::clear_config_table();
   const Case c({1, 64, 40, 40}, 16, DType::FP32, DType::FP16, 11);
@@ -258,7 +253,7 @@ TEST_CASE("resource faults: NVRTC failing, a launch failing, no memory for the w
     const auto untouched = y.download();
     CHECK(std::all_of(untouched.begin(), untouched.end(), [](unsigned char b) { return b == 0xAB; }));
     gnsilu::group_norm_silu(in.problem(c, y), nullptr, {}, unusual);
-    GNSILU_CU(drv().cuCtxSynchronize());
+    GNSILU_CHECK(drv().cuCtxSynchronize());
     CHECK(y.download() == c.expected.bytes);
   }
   SUBCASE("the C API reports NVRTC failing as GNSILU_ERROR_COMPILE") {
@@ -283,7 +278,7 @@ TEST_CASE("resource faults: NVRTC failing, a launch failing, no memory for the w
       CHECK(std::string(e.what()).find("cuLaunchKernel") != std::string::npos);
     }
     gnsilu::group_norm_silu(in.problem(c, y), nullptr, {}, unusual);
-    GNSILU_CU(drv().cuCtxSynchronize());
+    GNSILU_CHECK(drv().cuCtxSynchronize());
     CHECK(y.download() == c.expected.bytes);
   }
   SUBCASE("launches failing while tuning: the tuner falls back, the call gives the right bits") {
@@ -295,13 +290,13 @@ TEST_CASE("resource faults: NVRTC failing, a launch failing, no memory for the w
     gnsilu::detail::inject_fault(gnsilu::detail::Fault::Launch, 1);  // the tuner's first launch
     gnsilu::group_norm_silu(bin.problem(big, by));
     gnsilu::detail::inject_fault(gnsilu::detail::Fault::Launch, 0);
-    GNSILU_CU(drv().cuCtxSynchronize());
+    GNSILU_CHECK(drv().cuCtxSynchronize());
     CHECK(by.download() == big.expected.bytes);
     gnsilu::set_cache_paths("");
   }
   SUBCASE("no device memory for a new stream's workspace: OutOfMemory, nothing written; then it works") {
     gnsilu::group_norm_silu(in.problem(c, y), nullptr, {}, unusual);  // kernels loaded before memory runs out
-    GNSILU_CU(drv().cuCtxSynchronize());
+    GNSILU_CHECK(drv().cuCtxSynchronize());
     Stream fresh;
     y.fill(0xCD);
     {
@@ -337,7 +332,7 @@ TEST_CASE("resource faults: NVRTC failing, a launch failing, no memory for the w
     gnsilu::LaunchOptions fixed;
     fixed.config = gnsilu::default_config(gnsilu::Path::Split);
     gnsilu::group_norm_silu(p, nullptr, {}, fixed);
-    GNSILU_CU(drv().cuCtxSynchronize());
+    GNSILU_CHECK(drv().cuCtxSynchronize());
     gnsilu::set_cache_paths(temp_dir() + "/oom.sqlite");
     gnsilu::detail::clear_config_table();
     const auto defaulted = gnsilu::detail::counters().defaulted.load();
@@ -345,7 +340,7 @@ TEST_CASE("resource faults: NVRTC failing, a launch failing, no memory for the w
       MemoryHog hog(std::size_t{48} << 20);
       p.y = y2.get();
       gnsilu::group_norm_silu(p);
-      GNSILU_CU(drv().cuCtxSynchronize());
+      GNSILU_CHECK(drv().cuCtxSynchronize());
     }
     CHECK(gnsilu::detail::counters().defaulted.load() == defaulted + 1);
     CHECK(y2.download() == y1.download());
@@ -354,7 +349,7 @@ TEST_CASE("resource faults: NVRTC failing, a launch failing, no memory for the w
 }
 
 TEST_CASE("eight host threads on their own streams get the single-threaded bits, tuning included") {
-  GNSILU_CU(drv().cuCtxSetCurrent(primary(0)));
+  GNSILU_CHECK(drv().cuCtxSetCurrent(primary(0)));
   gnsilu::set_cache_paths(temp_dir() + "/threads.sqlite");
   gnsilu::detail::clear_config_table();
   const std::vector<Case> cases = mixed_cases();
@@ -370,7 +365,7 @@ TEST_CASE("eight host threads on their own streams get the single-threaded bits,
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       try {
-        GNSILU_CU(drv().cuCtxSetCurrent(ctx));
+        GNSILU_CHECK(drv().cuCtxSetCurrent(ctx));
         Stream stream;
         std::vector<std::unique_ptr<Buffer>> ys;
         for (const auto& c : cases) ys.push_back(std::make_unique<Buffer>(c.y_bytes()));
@@ -402,7 +397,7 @@ TEST_CASE("eight host threads on their own streams get the single-threaded bits,
 }
 
 TEST_CASE("four threads hitting the same untuned key at once tune it once") {
-  GNSILU_CU(drv().cuCtxSetCurrent(primary(0)));
+  GNSILU_CHECK(drv().cuCtxSetCurrent(primary(0)));
   gnsilu::set_cache_paths(temp_dir() + "/same-key.sqlite");
   gnsilu::detail::clear_config_table();
   const Case c({1, 256, 128, 128}, 32, DType::BF16, DType::BF16, 21);
@@ -415,7 +410,7 @@ TEST_CASE("four threads hitting the same untuned key at once tune it once") {
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&] {
       try {
-        GNSILU_CU(drv().cuCtxSetCurrent(ctx));
+        GNSILU_CHECK(drv().cuCtxSetCurrent(ctx));
         Stream stream;
         Buffer y(c.y_bytes());
         start.arrive_and_wait();
@@ -446,11 +441,11 @@ TEST_CASE("an application's own context is used, and a destroyed one replaced by
   REQUIRE(reinterpret_cast<void*>(destroy) != nullptr);
   const std::vector<Case> cases = mixed_cases();
   CUdevice dev = 0;
-  GNSILU_CU(drv().cuDeviceGet(&dev, 0));
+  GNSILU_CHECK(drv().cuDeviceGet(&dev, 0));
   std::vector<CUcontext> seen;
   for (int round = 0; round < 3; ++round) {
     CUcontext ctx = nullptr;
-    GNSILU_CU(create(&ctx, nullptr, 0, dev));  // current on this thread from now on
+    GNSILU_CHECK(create(&ctx, nullptr, 0, dev));  // current on this thread from now on
     seen.push_back(ctx);
     {
       Stream stream;
@@ -458,7 +453,7 @@ TEST_CASE("an application's own context is used, and a destroyed one replaced by
         OnDevice in(c);
         Buffer y(c.y_bytes());
         gnsilu::group_norm_silu(in.problem(c, y));  // the context's legacy stream
-        GNSILU_CU(drv().cuCtxSynchronize());
+        GNSILU_CHECK(drv().cuCtxSynchronize());
         CHECK_MESSAGE(y.download() == c.expected.bytes, c.text() << " in context " << round);
         y.fill(0);
         gnsilu::group_norm_silu(in.problem(c, y), stream.s);
@@ -466,10 +461,10 @@ TEST_CASE("an application's own context is used, and a destroyed one replaced by
         CHECK_MESSAGE(y.download() == c.expected.bytes, c.text() << " on a stream of context " << round);
       }
     }
-    GNSILU_CU(destroy(ctx));
+    GNSILU_CHECK(destroy(ctx));
   }
   MESSAGE("contexts created: " << seen.size() << ", handles reused: " << std::string(seen[0] == seen[1] || seen[1] == seen[2] ? "yes" : "no"));
-  GNSILU_CU(drv().cuCtxSetCurrent(primary(0)));
+  GNSILU_CHECK(drv().cuCtxSetCurrent(primary(0)));
 }
 
 TEST_CASE("two GPUs in one process: interleaved calls from four threads give one GPU's bits") {
@@ -484,7 +479,7 @@ TEST_CASE("two GPUs in one process: interleaved calls from four threads give one
   const CUcontext ctx[2] = {primary(0), primary(1)};
   std::vector<std::unique_ptr<OnDevice>> inputs[2];
   for (int d = 0; d < 2; ++d) {
-    GNSILU_CU(drv().cuCtxSetCurrent(ctx[d]));
+    GNSILU_CHECK(drv().cuCtxSetCurrent(ctx[d]));
     for (const auto& c : cases) inputs[d].push_back(std::make_unique<OnDevice>(c));
   }
   const auto tuned = gnsilu::detail::counters().tuned.load();
@@ -498,14 +493,14 @@ TEST_CASE("two GPUs in one process: interleaved calls from four threads give one
         std::unique_ptr<Stream> streams[2];
         std::vector<std::unique_ptr<Buffer>> ys[2];
         for (int d = 0; d < 2; ++d) {
-          GNSILU_CU(drv().cuCtxSetCurrent(ctx[d]));
+          GNSILU_CHECK(drv().cuCtxSetCurrent(ctx[d]));
           streams[d] = std::make_unique<Stream>();
           for (const auto& c : cases) ys[d].push_back(std::make_unique<Buffer>(c.y_bytes()));
         }
         for (int i = 0; i < 60; ++i) {
           const int d = (t + i) % 2;
           const std::size_t k = static_cast<std::size_t>(i) % cases.size();
-          GNSILU_CU(drv().cuCtxSetCurrent(ctx[d]));
+          GNSILU_CHECK(drv().cuCtxSetCurrent(ctx[d]));
           ys[d][k]->fill(0);
           gnsilu::group_norm_silu(inputs[d][k]->problem(cases[k], *ys[d][k]), streams[d]->s);
           streams[d]->sync();
@@ -532,7 +527,7 @@ TEST_CASE("two GPUs in one process: interleaved calls from four threads give one
                        << "), tuned " << gnsilu::detail::counters().tuned.load() - tuned << " keys");
   CHECK(gnsilu::detail::counters().tuned.load() - tuned == (identical ? 1u : 2u) * tunable(cases));
   // The device comes from the current context and is checked against the pointers.
-  GNSILU_CU(drv().cuCtxSetCurrent(ctx[0]));
+  GNSILU_CHECK(drv().cuCtxSetCurrent(ctx[0]));
   Buffer y0(cases[0].y_bytes());
   try {
     gnsilu::group_norm_silu(cases[0].problem(inputs[1][0]->x.get(), y0.get(), inputs[1][0]->weight.get(),
@@ -614,7 +609,7 @@ int main(int argc, char** argv) {
       const auto& info = gnsilu::detail::device_info(i);
       std::printf("device %d: %s, sm_%d, %d SMs\n", i, info.name.c_str(), info.arch(), info.sms);
     }
-    GNSILU_CU(drv().cuCtxSetCurrent(primary(0)));
+    GNSILU_CHECK(drv().cuCtxSetCurrent(primary(0)));
   } catch (const gnsilu::Error& e) {
     std::printf("SKIPPED: %s\n", e.what());
     return 77;
