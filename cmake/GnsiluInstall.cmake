@@ -25,7 +25,7 @@ unset(_gnsilu_includes)
 # toolkit where it was at build time. Elsewhere libnvrtc.so.N must be on the loader path.
 set(GNSILU_INSTALL_RPATH "${CUDAToolkit_LIBRARY_DIR}")
 set(_gnsilu_installed_targets gnsilu)
-foreach(tool gnsilu-tune gnsilu-bench gnsilu-run)
+foreach(tool gnsilu-tune gnsilu-bench)
   if(TARGET ${tool})
     list(APPEND _gnsilu_installed_targets ${tool})
   endif()
@@ -46,7 +46,7 @@ install(TARGETS gnsilu
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT Runtime)
 
 # ---- the tools (GNSILU_BUILD_TOOLS) ---------------------------------------------------------------------------
-foreach(tool gnsilu-tune gnsilu-bench gnsilu-run)
+foreach(tool gnsilu-tune gnsilu-bench)
   if(TARGET ${tool})
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT Runtime)
   endif()

@@ -15,6 +15,12 @@
 //   gnsilu-bench worker   [--shapes ...]  calls each shape once and prints what this process did (JSON), for
 //                                         the many-processes-on-one-cache test
 //   gnsilu-bench cubin    --json DIR      writes the CUBINs of the default variants for this GPU (for cuobjdump)
+//   gnsilu-bench check    [--shapes 1x128x1024x1024] [--dtypes bf16] [--groups 32] [--layouts nchw,nhwc]
+//                         [--activations silu] [--repeats 20] [--json FILE]
+//       For each shape, dtype, layout and activation: gnsilu through the public API (as an application calls it)
+//       on random inputs, timed like the tables (CUDA events, L2 flushed before every timed run, median), and
+//       every output compared bit for bit with the CPU reference (gnsilu::reference_group_norm_silu). Exit 1 when
+//       any output differs; without a GPU it says so, runs nothing and exits 0.
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,7 +29,6 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -35,20 +40,25 @@
 #include "base/driver.hpp"
 #include "cache/entries.hpp"
 #include "base/errors.hpp"
+#include "common/device.hpp"
+#include "common/random_fill.hpp"
+#include "common/timing.hpp"
 #include "gnsilu/gnsilu.hpp"
-#include "kernels/gnsilu_math.cuh"
+#include "gnsilu/reference.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/modules.hpp"
 #include "runtime/plan.hpp"
+#include "runtime/workspace.hpp"
 #include "tuning/tuner.hpp"
 
 namespace {
 
 using gnsilu::DType;
 using gnsilu::LaunchConfig;
-using Clock = std::chrono::steady_clock;
+using gnsilu::tools::Clock;
 using json = nlohmann::json;
 namespace gd = gnsilu::detail;
+namespace gt = gnsilu::tools;
 
 const gd::Driver& drv() { return gd::driver(); }
 
@@ -110,6 +120,12 @@ std::string shape_text(const std::vector<int64_t>& dims) { return gnsilu::cache:
 Args parse(int argc, char** argv) {
   Args a;
   a.command = argc > 1 ? argv[1] : "shapes";
+  const bool check = a.command == "check";
+  if (check) {  // its own defaults: the main job's check (what gnsilu-run ran), in both layouts
+    a.dtypes = {DType::BF16};
+    a.layouts = {gnsilu::Layout::ChannelsFirst, gnsilu::Layout::ChannelsLast};
+    a.repeats = 20;
+  }
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -169,6 +185,7 @@ Args parse(int argc, char** argv) {
       throw std::runtime_error("unknown argument " + arg);
     }
   }
+  if (a.shapes.empty() && check) a.shapes = {{1, 128, 1024, 1024}};
   if (a.shapes.empty()) {
     // The Flux VAE decoder's GroupNorm inputs at 1024x1024, and 1, 4, 16 MiB activations (bf16).
     a.shapes = {{1, 512, 32, 32}, {1, 512, 64, 64}, {1, 512, 128, 128}, {1, 512, 256, 256},
@@ -177,76 +194,20 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-struct Buffer {  // device memory, owned: freed once, never copied
-  CUdeviceptr ptr = 0;
-  std::size_t bytes = 0;
-  explicit Buffer(std::size_t n) : bytes(n) { GNSILU_CU(drv().cuMemAlloc_v2(&ptr, n)); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() {
-    if (ptr) drv().cuMemFree_v2(ptr);
-  }
-  void* get() const { return reinterpret_cast<void*>(ptr); }
-};
+void* ptr(const gd::DeviceBuffer& b) { return reinterpret_cast<void*>(b.get()); }
 
-// Times `body` (which enqueues work on `stream`) with events, L2 flushed before each run; median in us.
-struct Timer {
-  gd::UniqueStream owned_stream = gd::make_stream();
-  gd::UniqueEvent owned_start = gd::make_event(), owned_stop = gd::make_event();
-  CUstream stream = owned_stream.get();
-  CUevent start = owned_start.get(), stop = owned_stop.get();
-  Buffer flush;
-  unsigned char byte = 0;
-  explicit Timer(std::size_t l2) : flush(std::max<std::size_t>(2 * l2, 1 << 20)) {}
-  template <typename F>
-  double median_us(int repeats, F&& body) {
-    body();  // warm-up
-    std::vector<double> times;
-    for (int i = 0; i < repeats; ++i) {
-      GNSILU_CU(drv().cuMemsetD8Async(flush.ptr, ++byte, flush.bytes, stream));
-      GNSILU_CU(drv().cuEventRecord(start, stream));
-      body();
-      GNSILU_CU(drv().cuEventRecord(stop, stream));
-      GNSILU_CU(drv().cuEventSynchronize(stop));
-      float ms = 0;
-      GNSILU_CU(drv().cuEventElapsedTime(&ms, start, stop));
-      times.push_back(1000.0 * ms);
-    }
-    return gd::median_of(times);
-  }
-};
-
-const gd::DeviceInfo& setup_device() {
-  CUdevice device = 0;
-  GNSILU_CU(drv().cuDeviceGet(&device, 0));
-  CUcontext context = nullptr;
-  GNSILU_CU(drv().cuDevicePrimaryCtxRetain(&context, device));
-  GNSILU_CU(drv().cuCtxSetCurrent(context));
-  return gd::device_info(device);
-}
-
-void fill_random(const Buffer& x, DType dtype, std::size_t n, uint64_t seed) {
-  std::vector<unsigned char> host(n * gnsilu::dtype_size(dtype));
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.2f, 1.3f);
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = normal(rng);
-    if (dtype == DType::FP32) std::memcpy(&host[4 * i], &v, 4);
-    else {
-      const uint16_t h = dtype == DType::BF16 ? gnsilu::math::float_to_bf16(v) : gnsilu::math::float_to_fp16(v);
-      std::memcpy(&host[2 * i], &h, 2);
-    }
-  }
-  GNSILU_CU(drv().cuMemcpyHtoD_v2(x.ptr, host.data(), host.size()));
+// gnsilu-bench's inputs: normal(0.2, 1.3) of std::mt19937_64, every element drawn.
+void fill_random(const gd::DeviceBuffer& x, DType dtype, std::size_t n, uint64_t seed) {
+  gt::fill_device(x.get(), n, dtype, gt::NormalSpec{gt::Engine::Mt19937_64, seed, 0.2f, 1.3f});
 }
 
 // A problem over x and y of `dtype` (same shape), without affine parameters.
-gnsilu::Problem problem_over(const Buffer& x, const Buffer& y, DType dtype, const std::vector<int64_t>& shape,
-                             int64_t groups) {
+gnsilu::Problem problem_over(const gd::DeviceBuffer& x, const gd::DeviceBuffer& y, DType dtype,
+                             const std::vector<int64_t>& shape, int64_t groups) {
   gnsilu::Problem p;
-  p.x = x.get();
+  p.x = ptr(x);
   p.x_dtype = dtype;
-  p.y = y.get();
+  p.y = ptr(y);
   p.y_dtype = dtype;
   p.shape = shape;
   p.num_groups = groups;
@@ -254,12 +215,13 @@ gnsilu::Problem problem_over(const Buffer& x, const Buffer& y, DType dtype, cons
 }
 
 int run_shapes(const Args& a) {
-  const gd::DeviceInfo& dev = setup_device();
+  const gt::PrimaryContext gpu;
+  const gd::DeviceInfo& dev = gpu.info();
   std::printf("GPU: %s (sm_%d, %d SMs, L2 %d MiB); median of %d runs, L2 flushed before each\n", dev.name.c_str(),
               dev.arch(), dev.sms, dev.l2_bytes >> 20, a.repeats);
   if (a.tile_slice != 0) std::printf("channels-last statistics tiles forced to %d bytes a pixel\n", a.tile_slice);
   gd::force_tile_slice_bytes(a.tile_slice);
-  Timer timer(static_cast<std::size_t>(dev.l2_bytes));
+  gt::EventTimer timer(gpu.context(), static_cast<std::size_t>(dev.l2_bytes));
   json rows = json::array();
   std::vector<std::string> lines;
   // (shape, dtype, activation) -> ratio to the copy per layout, for the last table.
@@ -270,28 +232,30 @@ int run_shapes(const Args& a) {
     const auto g = gd::make_geometry(shape, a.groups, layout);
     const std::size_t n = static_cast<std::size_t>(g.numel);
     const std::size_t bytes = n * gnsilu::dtype_size(dtype);
-    Buffer x(bytes), y(bytes), w(4 * shape[1]), b(4 * shape[1]);
+    const std::size_t channels = static_cast<std::size_t>(shape[1]);
+    const gd::DeviceBuffer x(gpu.context(), bytes), y(gpu.context(), bytes), w(gpu.context(), 4 * channels),
+        b(gpu.context(), 4 * channels);
     fill_random(x, dtype, n, 7);
-    std::vector<float> params(static_cast<std::size_t>(shape[1]), 1.0f);
-    GNSILU_CU(drv().cuMemcpyHtoD_v2(w.ptr, params.data(), 4 * params.size()));
+    std::vector<float> params(channels, 1.0f);
+    GNSILU_CHECK(drv().cuMemcpyHtoD_v2(w.get(), params.data(), 4 * params.size()));
     std::fill(params.begin(), params.end(), 0.1f);
-    GNSILU_CU(drv().cuMemcpyHtoD_v2(b.ptr, params.data(), 4 * params.size()));
+    GNSILU_CHECK(drv().cuMemcpyHtoD_v2(b.get(), params.data(), 4 * params.size()));
     gnsilu::Problem p = problem_over(x, y, dtype, shape, a.groups);
-    p.weight = w.get();
-    p.bias = b.get();
+    p.weight = ptr(w);
+    p.bias = ptr(b);
     p.x_layout = p.y_layout = layout;
     p.activation = activation;
 
     const double copy = timer.median_us(a.repeats, [&] {
-      GNSILU_CU(drv().cuMemcpyDtoDAsync_v2(y.ptr, x.ptr, bytes, timer.stream));
+      GNSILU_CHECK(drv().cuMemcpyDtoDAsync_v2(y.get(), x.get(), bytes, timer.stream()));
     });
     const auto tuned_before = gd::counters().tuned.load();
     const auto t0 = Clock::now();
-    gnsilu::group_norm_silu(p, timer.stream);  // resolves (and maybe tunes) the configuration
-    GNSILU_CU(drv().cuStreamSynchronize(timer.stream));
+    gnsilu::group_norm_silu(p, timer.stream());  // resolves (and maybe tunes) the configuration
+    GNSILU_CHECK(drv().cuStreamSynchronize(timer.stream()));
     const double first_call_s = std::chrono::duration<double>(Clock::now() - t0).count();
     const bool tuned_now = gd::counters().tuned.load() > tuned_before;
-    const double app = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream); });
+    const double app = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream()); });
     // Every candidate on every path that can run: the library's path ("best by hand" and the default), and the
     // fastest of the other paths.
     const gnsilu::Path chosen = gd::choose_path(g, gnsilu::Path::Auto, dev.sms);
@@ -310,7 +274,7 @@ int run_shapes(const Args& a) {
         gnsilu::LaunchOptions o;
         o.config = c;
         o.path = path;
-        const double t = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream, {}, o); });
+        const double t = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream(), {}, o); });
         candidates.push_back({{"config", gd::to_string(c)}, {"path", gnsilu::path_name(path)}, {"us", t}});
         if (t < fastest) {
           fastest = t;
@@ -387,24 +351,23 @@ json counters_json() {
 
 int run_start(const Args& a, bool worker) {
   const auto t_start = Clock::now();
-  const gd::DeviceInfo& dev = setup_device();
-  (void)dev;
+  const gt::PrimaryContext gpu;
   json out = {{"pid", getpid()}};
   json calls = json::array();
   for (DType dtype : a.dtypes) {
     for (const auto& shape : a.shapes) {
       const auto g = gd::make_geometry(shape, a.groups);
       const std::size_t bytes = static_cast<std::size_t>(g.numel) * gnsilu::dtype_size(dtype);
-      Buffer x(bytes), y(bytes);
+      const gd::DeviceBuffer x(gpu.context(), bytes), y(gpu.context(), bytes);
       fill_random(x, dtype, static_cast<std::size_t>(g.numel), 3);
       const gnsilu::Problem p = problem_over(x, y, dtype, shape, a.groups);
       auto t = Clock::now();
       gnsilu::group_norm_silu(p);
-      GNSILU_CU(drv().cuCtxSynchronize());
+      GNSILU_CHECK(drv().cuCtxSynchronize());
       const double first = std::chrono::duration<double>(Clock::now() - t).count();
       t = Clock::now();
       gnsilu::group_norm_silu(p);
-      GNSILU_CU(drv().cuCtxSynchronize());
+      GNSILU_CHECK(drv().cuCtxSynchronize());
       const double second = std::chrono::duration<double>(Clock::now() - t).count();
       calls.push_back({{"shape", shape_text(shape)}, {"dtype", gnsilu::dtype_name(dtype)}, {"first_call_s", first},
                        {"second_call_s", second}});
@@ -423,7 +386,8 @@ int run_start(const Args& a, bool worker) {
 
 // Writes the CUBIN of each kernel variant of the default configurations for this GPU into `dir`.
 int run_cubin(const std::string& dir) {
-  const gd::DeviceInfo& dev = setup_device();
+  const gt::PrimaryContext gpu;
+  const gd::DeviceInfo& dev = gpu.info();
   for (DType t : {DType::BF16, DType::FP16}) {
     for (gnsilu::Path path : {gnsilu::Path::Split, gnsilu::Path::Fused}) {
       for (gnsilu::Layout layout : {gnsilu::Layout::ChannelsFirst, gnsilu::Layout::ChannelsLast}) {
@@ -439,27 +403,141 @@ int run_cubin(const std::string& dir) {
 }
 
 int run_overhead() {
-  setup_device();
+  const gt::PrimaryContext gpu;
   const std::vector<int64_t> shape{1, 32, 8, 8};
-  Buffer x(2 * 2048), y(2 * 2048);
+  const gd::DeviceBuffer x(gpu.context(), 2 * 2048), y(gpu.context(), 2 * 2048);
   fill_random(x, DType::BF16, 2048, 1);
   gnsilu::Problem p;
-  p.x = x.get();
-  p.y = y.get();
+  p.x = ptr(x);
+  p.y = ptr(y);
   p.shape = shape;
   gnsilu::group_norm_silu(p);  // resolve the configuration, compile, load
-  GNSILU_CU(drv().cuCtxSynchronize());
+  GNSILU_CHECK(drv().cuCtxSynchronize());
   std::vector<double> per_call;
   for (int round = 0; round < 20; ++round) {
     const int calls = 500;
     const auto t = Clock::now();
     for (int i = 0; i < calls; ++i) gnsilu::group_norm_silu(p);
     per_call.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count() / calls);
-    GNSILU_CU(drv().cuCtxSynchronize());
+    GNSILU_CHECK(drv().cuCtxSynchronize());
   }
   std::printf("host time of a call with its configuration resolved (1x32x8x8 bf16, 500 calls a round, 20 rounds): "
               "median %.2f us, min %.2f us per call\n",
               gd::median_of(per_call), *std::min_element(per_call.begin(), per_call.end()));
+  return 0;
+}
+
+// gnsilu-run's inputs (the main job's check before gnsilu-bench had one): normal(0.3, 1.7) of std::mt19937 seeded
+// 2026, drawn for x, then the weights (1 + 0.2 n), then the biases (0.1 n).
+const gt::NormalSpec kCheckInputs{gt::Engine::Mt19937, 2026, 0.3f, 1.7f};
+
+int run_check(const Args& a) {
+  // A shape the groups do not fit is a usage error, GPU or not.
+  for (const auto& shape : a.shapes)
+    for (gnsilu::Layout layout : a.layouts) gd::make_geometry(shape, a.groups, layout);
+  std::string why;
+  if (!gt::gpu_present(why)) {
+    std::printf("gnsilu-bench check: no GPU here (%s): nothing ran\n", why.c_str());
+    return 0;
+  }
+  const gt::PrimaryContext gpu;
+  const gd::DeviceInfo& dev = gpu.info();
+  std::printf("GPU: %s (sm_%d, %d SMs, L2 %d MiB); gnsilu as an application calls it, median of %d runs (CUDA "
+              "events, L2 flushed before each), every output compared bit for bit with the CPU reference\n",
+              dev.name.c_str(), dev.arch(), dev.sms, dev.l2_bytes >> 20, a.repeats);
+  std::fflush(stdout);
+  gt::EventTimer timer(gpu.context(), static_cast<std::size_t>(dev.l2_bytes));
+  json rows = json::array();
+  std::size_t failed_rows = 0;
+  for (DType dtype : a.dtypes) {
+    for (const auto& shape : a.shapes) {
+      const auto g = gd::make_geometry(shape, a.groups);
+      const std::size_t n = static_cast<std::size_t>(g.numel), size = gnsilu::dtype_size(dtype);
+      const std::size_t bytes = n * size, c = static_cast<std::size_t>(shape[1]);
+      // The same inputs for every layout and activation of the shape: its own draws, so a row does not depend
+      // on the rows before it.
+      gt::NormalSource source(kCheckInputs);
+      std::vector<unsigned char> x(bytes), y(bytes), expected(bytes);
+      source.fill(x.data(), n, dtype);
+      std::vector<float> weight(c), bias(c);
+      for (auto& v : weight) v = 1.0f + 0.2f * source.next();
+      for (auto& v : bias) v = 0.1f * source.next();
+      const gd::DeviceBuffer dx(gpu.context(), bytes), dy(gpu.context(), bytes), dw(gpu.context(), 4 * c),
+          db(gpu.context(), 4 * c);
+      GNSILU_CHECK(drv().cuMemcpyHtoD_v2(dx.get(), x.data(), bytes));
+      GNSILU_CHECK(drv().cuMemcpyHtoD_v2(dw.get(), weight.data(), 4 * c));
+      GNSILU_CHECK(drv().cuMemcpyHtoD_v2(db.get(), bias.data(), 4 * c));
+      GNSILU_CHECK(drv().cuCtxSynchronize());  // the copies are done before the timer's stream reads them
+      for (gnsilu::Activation activation : a.activations) {
+        for (gnsilu::Layout layout : a.layouts) {
+          gnsilu::Problem p;
+          p.x = x.data();
+          p.x_dtype = dtype;
+          p.y = expected.data();
+          p.y_dtype = dtype;
+          p.shape = shape;
+          p.num_groups = a.groups;
+          p.weight = weight.data();
+          p.bias = bias.data();
+          p.x_layout = p.y_layout = layout;
+          p.activation = activation;
+          auto t = Clock::now();
+          gnsilu::reference_group_norm_silu(p);
+          const double reference_s = gt::seconds_since(t);
+
+          p.x = ptr(dx);
+          p.y = ptr(dy);
+          p.weight = ptr(dw);
+          p.bias = ptr(db);
+          // No output left over from the row before.
+          GNSILU_CHECK(drv().cuMemsetD8Async(dy.get(), 0xff, bytes, timer.stream()));
+          const auto tuned_before = gd::counters().tuned.load();
+          t = Clock::now();
+          gnsilu::group_norm_silu(p, timer.stream());  // resolves (and maybe tunes) the configuration
+          GNSILU_CHECK(drv().cuStreamSynchronize(timer.stream()));
+          const double first_call_s = gt::seconds_since(t);
+          const bool tuned_now = gd::counters().tuned.load() > tuned_before;
+          const double us = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream()); });
+          GNSILU_CHECK(drv().cuMemcpyDtoH_v2(y.data(), dy.get(), bytes));  // the last timed run's output
+
+          std::size_t differ = 0, first = n;
+          for (std::size_t i = 0; i < n; ++i) {
+            if (std::memcmp(&y[i * size], &expected[i * size], size) != 0) {
+              if (differ++ == 0) first = i;
+            }
+          }
+          failed_rows += differ != 0;
+          const std::string kind = std::string(gnsilu::layout_name(layout)) +
+                                   (activation == gnsilu::Activation::None ? " gn" : "");
+          std::printf("%-18s %-5s %-7s %lld groups: %9.1f us, %zu of %zu outputs differ from the CPU reference%s "
+                      "(reference %.1f s, first call %.2f s)\n",
+                      shape_text(shape).c_str(), gnsilu::dtype_name(dtype), kind.c_str(),
+                      static_cast<long long>(a.groups), us, differ, n, tuned_now ? ", tuned now" : "", reference_s,
+                      first_call_s);
+          if (differ != 0) {
+            uint32_t got = 0, want = 0;
+            std::memcpy(&got, &y[first * size], size);
+            std::memcpy(&want, &expected[first * size], size);
+            std::printf("  first difference at element %zu: 0x%0*x, the reference 0x%0*x\n", first,
+                        static_cast<int>(2 * size), got, static_cast<int>(2 * size), want);
+          }
+          std::fflush(stdout);
+          rows.push_back({{"shape", shape_text(shape)}, {"dtype", gnsilu::dtype_name(dtype)}, {"groups", a.groups},
+                          {"layout", gnsilu::layout_name(layout)},
+                          {"activation", gnsilu::activation_name(activation)}, {"gnsilu_us", us},
+                          {"repeats", a.repeats}, {"outputs", n}, {"outputs_differ", differ},
+                          {"tuned_in_this_run", tuned_now}, {"first_call_s", first_call_s},
+                          {"reference_s", reference_s}});
+        }
+      }
+    }
+  }
+  if (!a.json_path.empty()) std::ofstream(a.json_path) << rows.dump(1) << "\n";
+  if (failed_rows != 0) {
+    std::printf("%zu of %zu rows differ from the CPU reference\n", failed_rows, rows.size());
+    return 1;
+  }
+  std::printf("all %zu rows bit for bit equal to the CPU reference\n", rows.size());
   return 0;
 }
 
@@ -468,6 +546,7 @@ int run_overhead() {
 int main(int argc, char** argv) {
   try {
     Args a = parse(argc, argv);
+    if (a.command == "check") return run_check(a);  // says so and exits 0 without a GPU
     std::string why;
     if (!gd::driver_available(&why)) {
       std::fprintf(stderr, "gnsilu-bench: %s\n", why.c_str());
@@ -478,7 +557,7 @@ int main(int argc, char** argv) {
     if (a.command == "worker") return run_start(a, true);
     if (a.command == "overhead") return run_overhead();
     if (a.command == "cubin") return run_cubin(a.json_path.empty() ? "." : a.json_path);
-    std::fprintf(stderr, "gnsilu-bench: unknown command %s (shapes, start, overhead, worker)\n", a.command.c_str());
+    std::fprintf(stderr, "gnsilu-bench: unknown command %s (shapes, start, overhead, worker, cubin, check)\n", a.command.c_str());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gnsilu-bench: %s\n", e.what());

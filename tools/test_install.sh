@@ -93,12 +93,12 @@ grep -q 'INTERFACE_INCLUDE_DIRECTORIES "\${_IMPORT_PREFIX}/'"$includedir"'"' "$p
 pass "$libdir/cmake/gnsilu: $(cd "$pkg" && echo *) (gnsilu::gnsilu: the include folder only)"
 
 if [[ $tools == ON ]]; then
-  for tool in gnsilu-tune gnsilu-bench gnsilu-run; do
+  for tool in gnsilu-tune gnsilu-bench; do
     [[ -x $prefix/bin/$tool ]] || fail "bin/$tool installed"
   done
   env -u LD_LIBRARY_PATH "$prefix/bin/gnsilu-tune" --help >"$tmp/tune-help.log" 2>&1 \
     || { cat "$tmp/tune-help.log"; fail "bin/gnsilu-tune --help runs without LD_LIBRARY_PATH"; }
-  pass "bin: gnsilu-tune gnsilu-bench gnsilu-run (gnsilu-tune --help runs without LD_LIBRARY_PATH)"
+  pass "bin: gnsilu-tune gnsilu-bench (gnsilu-tune --help runs without LD_LIBRARY_PATH)"
 else
   pass "bin: no tools (GNSILU_BUILD_TOOLS is OFF in this build)"
 fi

@@ -31,4 +31,3 @@ inline void check_result(nvrtcResult result, const char* call, const char* file,
 
 // Checks a driver (CUresult) or NVRTC (nvrtcResult) call: a failure throws, naming the call, file and line.
 #define GNSILU_CHECK(call) ::gnsilu::detail::check_result((call), #call, __FILE__, __LINE__)
-#define GNSILU_CU(call) GNSILU_CHECK(call)  // TEMPORARY while the tools move over

@@ -25,7 +25,8 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   step "test_gpu (C++, doctest)" test_gpu.log "$build/tests/test_gpu"
   step "precision_vs_torch.py" precision.log env GNSILU_LIBRARY="$build/libgnsilu.so" OUT="$out" \
     python3 tests/gpu/precision_vs_torch.py
-  step "gnsilu-run" run.log "$build/tools/gnsilu-run"
+  step "gnsilu-bench check" run.log "$build/tools/gnsilu-bench" check --shapes 1x128x1024x1024 --dtypes bf16 \
+    --groups 32 --layouts nchw,nhwc
   grep -E "MESSAGE|ERROR|FAIL|test cases|assertions|Status" "$out/test_gpu.log" | cut -c1-300 | tail -40
   tail -3 "$out/precision.log"
   cat "$out/run.log"

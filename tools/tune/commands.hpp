@@ -1,4 +1,8 @@
 // The subcommands of gnsilu-tune, each a function of its options returning the exit code (errors: CliError).
+// Each computes one result document and prints it once through emit (tune.hpp): as JSON with --json, else as text.
+// commands_warm.cpp: warm, compile; commands_inspect.cpp: list, show; commands_transfer.cpp: export, import,
+// merge, prune; commands_verify.cpp: verify (and --kernels); report.cpp: report. What they share:
+// commands_common.hpp.
 #pragma once
 
 #include <string>

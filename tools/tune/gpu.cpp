@@ -3,16 +3,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstring>
 #include <mutex>
 #include <map>
-#include <random>
 #include <thread>
 
 #include "tuning/config_table.hpp"
 #include "base/driver.hpp"
 #include "base/errors.hpp"
-#include "kernels/gnsilu_math.cuh"
+#include "common/random_fill.hpp"
 #include "runtime/kernels.hpp"
 #include "runtime/modules.hpp"
 #include "runtime/plan.hpp"
@@ -24,26 +22,10 @@ namespace {
 
 using detail::driver;
 
-// Fills `bytes` of device memory with normally distributed values of `dtype` (a 4 MiB host pattern, repeated).
+// The tuner's inputs: normal(0.25, 1.5) of std::mt19937, a 4 MiB host pattern repeated over the buffer.
 void fill_random(CUdeviceptr dst, std::size_t elements, DType dtype, uint32_t seed) {
-  const std::size_t size = dtype_size(dtype);
-  const std::size_t pattern_elements = std::min<std::size_t>(elements, (std::size_t{4} << 20) / size);
-  std::vector<unsigned char> pattern(pattern_elements * size);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.25f, 1.5f);
-  for (std::size_t i = 0; i < pattern_elements; ++i) {
-    const float v = normal(rng);
-    if (dtype == DType::FP32) {
-      std::memcpy(&pattern[i * 4], &v, 4);
-    } else {
-      const uint16_t h = dtype == DType::BF16 ? math::float_to_bf16(v) : math::float_to_fp16(v);
-      std::memcpy(&pattern[i * 2], &h, 2);
-    }
-  }
-  for (std::size_t done = 0; done < elements; done += pattern_elements) {
-    const std::size_t n = std::min(pattern_elements, elements - done);
-    GNSILU_CU(driver().cuMemcpyHtoD_v2(dst + done * size, pattern.data(), n * size));
-  }
+  tools::fill_device(dst, elements, dtype, tools::NormalSpec{tools::Engine::Mt19937, seed, 0.25f, 1.5f},
+                     std::size_t{4} << 20);
 }
 
 // Device memory for one tuning problem: x (the part the tuner reads), FP32 weight and bias of C values.
@@ -92,21 +74,16 @@ std::vector<LaunchConfig> distinct_codes() {
 }  // namespace
 
 std::unique_ptr<GpuSession> GpuSession::open(int ordinal, std::string& why) {
-  if (!detail::driver_available(&why)) return nullptr;
+  if (!tools::gpu_present(why)) return nullptr;
   try {
-    check_device();
-    std::unique_ptr<GpuSession> s(new GpuSession);
-    const auto& d = driver();
     int count = 0;
-    GNSILU_CU(d.cuDeviceGetCount(&count));
+    GNSILU_CHECK(driver().cuDeviceGetCount(&count));
     if (ordinal < 0 || ordinal >= count) {
       throw CliError(kUsage, "--device " + std::to_string(ordinal) + ": this machine has " + std::to_string(count) +
                                  " device(s)");
     }
-    GNSILU_CU(d.cuDeviceGet(&s->device_, ordinal));
-    GNSILU_CU(d.cuDevicePrimaryCtxRetain(&s->context_, s->device_));
-    GNSILU_CU(d.cuCtxSetCurrent(s->context_));
-    s->info_ = &detail::device_info(s->device_);
+    std::unique_ptr<GpuSession> s(new GpuSession);
+    s->context_.emplace(ordinal);
     return s;
   } catch (const Error& e) {
     why = e.what();
@@ -114,16 +91,7 @@ std::unique_ptr<GpuSession> GpuSession::open(int ordinal, std::string& why) {
   }
 }
 
-GpuSession::~GpuSession() {
-  if (context_ != nullptr) {
-    const auto& d = driver();
-    d.cuCtxSynchronize();
-    release_workspaces();
-    d.cuDevicePrimaryCtxRelease_v2(device_);
-  }
-}
-
-cache::DeviceIdentity GpuSession::identity() const { return detail::identity_of(*info_); }
+cache::DeviceIdentity GpuSession::identity() const { return detail::identity_of(info()); }
 
 std::vector<WarmRow> keys_of(const GpuSession& gpu, const std::vector<ShapeRequest>& requests) {
   std::vector<WarmRow> rows;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/device.hpp"
+#include "common/device.hpp"
 #include "tune.hpp"
 
 namespace gnsilu::tune {
@@ -18,18 +19,15 @@ class GpuSession {
  public:
   // The device with `ordinal`, or nullopt with `why` set when there is no usable driver or device.
   static std::unique_ptr<GpuSession> open(int ordinal, std::string& why);
-  ~GpuSession();
   GpuSession(const GpuSession&) = delete;
   GpuSession& operator=(const GpuSession&) = delete;
-  const detail::DeviceInfo& info() const { return *info_; }
-  CUcontext context() const { return context_; }
+  const detail::DeviceInfo& info() const { return context_->info(); }
+  CUcontext context() const { return context_->context(); }
   cache::DeviceIdentity identity() const;
 
  private:
   GpuSession() = default;
-  CUdevice device_ = 0;
-  CUcontext context_ = nullptr;
-  const detail::DeviceInfo* info_ = nullptr;
+  std::optional<tools::PrimaryContext> context_;  // released (after waiting for the device) with the session
 };
 
 struct WarmRow {

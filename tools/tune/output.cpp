@@ -1,4 +1,5 @@
-// Output helpers of gnsilu-tune: key and configuration text/JSON, the progress line and text tables.
+// Output helpers of gnsilu-tune: key and configuration text (also from a result document), the progress line,
+// text tables, and emit: the one place a subcommand's result is printed, as JSON or as text.
 #include <unistd.h>
 
 #include <algorithm>
@@ -6,6 +7,7 @@
 #include <cstdio>
 
 #include "cache/cache.hpp"
+#include "cache/entries.hpp"
 #include "tune.hpp"
 
 namespace gnsilu::tune {
@@ -107,6 +109,45 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
     }
     std::printf("%s\n", line.c_str());
   }
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+cache::TuningKey key_of(const nlohmann::json& j) {
+  cache::TuningKey k;
+  const nlohmann::json& d = j.at("device");
+  k.device = {d.at("name").get<std::string>(), d.at("arch").get<int>(), d.at("sms").get<int>(),
+              d.at("memory_mib").get<int64_t>(), d.at("l2_kib").get<int>()};
+  k.code_version = j.at("code_version").get<std::string>();
+  k.channels_per_group = j.at("channels_per_group").get<int64_t>();
+  k.x_dtype = cache::dtype_from_name(j.at("x_dtype").get<std::string>());
+  k.y_dtype = cache::dtype_from_name(j.at("y_dtype").get<std::string>());
+  k.size_class = j.at("size_class").get<std::string>();
+  cache::layout_from_name(j.at("layout").get<std::string>(), k.layout);
+  cache::activation_from_name(j.at("activation").get<std::string>(), k.activation);
+  return k;
+}
+
+LaunchConfig config_of(const nlohmann::json& j) {
+  return {j.at("elems_per_load").get<int>(), j.at("warps").get<int>(), j.at("stages").get<int>(),
+          j.at("programs_per_sm").get<int>()};
+}
+
+std::string key_text_of(const nlohmann::json& key, bool form) { return key_text(key_of(key), form); }
+
+std::string config_text_of(const nlohmann::json& config) { return config_text(config_of(config)); }
+
+int emit(bool json, const nlohmann::json& result, const TextOf& text, int code) {
+  if (json) {
+    std::printf("%s\n", result.dump(2).c_str());
+  } else {
+    text(result);
+  }
+  return code;
 }
 
 }  // namespace gnsilu::tune

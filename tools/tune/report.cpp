@@ -1,8 +1,13 @@
+// gnsilu-tune report: every candidate's time per tuning key as bar charts (SVG, or HTML around it), and the
+// subcommand that writes them.
 #include "report.hpp"
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 
+#include "commands.hpp"
+#include "commands_common.hpp"
 #include "tune.hpp"
 
 namespace gnsilu::tune {
@@ -119,6 +124,25 @@ std::string report_html(const std::vector<cache::TuningEntry>& entries, const st
   }
   s += "</table>\n" + svg(entries, title, false) + "</body></html>\n";
   return s;
+}
+
+int run_report(const ReportOptions& o) {
+  std::string format = o.format;
+  if (format.empty()) format = o.output.ends_with(".svg") ? "svg" : "html";
+  if (format != "html" && format != "svg") throw CliError(kUsage, "--format must be html or svg");
+  const std::string path = cache_path(o.common.cache);
+  const auto entries = entries_of(path);
+  const std::string title = "gnsilu tuning report: " + path;
+  const std::string text = format == "svg" ? report_svg(entries, title) : report_html(entries, title);
+  std::ofstream out(o.output, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw CliError(kFailed, o.output + ": cannot be written");
+  return emit(o.common.json, {{"report", o.output}, {"format", format}, {"entries", entries.size()}},
+              [](const nlohmann::json& r) {
+                std::printf("wrote %s (%s, %zu keys)\n", r["report"].get<std::string>().c_str(),
+                            r["format"].get<std::string>().c_str(), r["entries"].get<std::size_t>());
+              });
 }
 
 }  // namespace gnsilu::tune

@@ -266,20 +266,24 @@ std::vector<ShapeRequest> shapes_from_json(const std::string& path, const Forms&
     } catch (const CliError& e) {
       throw CliError(kBadInput, where + ": " + e.what());
     }
-    for (const auto& p : pairs) {
-      for (Layout l : layouts) {
-        for (Activation a : activations) {
-          ShapeRequest r = base;
-          r.x = p.x;
-          r.y = p.y;
-          r.layout = l;
-          r.activation = a;
-          out.push_back(std::move(r));
-        }
+    add_each_form(base, {pairs, layouts, activations}, out);
+  }
+  return out;
+}
+
+void add_each_form(const ShapeRequest& base, const Forms& forms, std::vector<ShapeRequest>& out) {
+  for (const auto& p : forms.pairs) {
+    for (Layout l : forms.layouts) {
+      for (Activation a : forms.activations) {
+        ShapeRequest r = base;
+        r.x = p.x;
+        r.y = p.y;
+        r.layout = l;
+        r.activation = a;
+        out.push_back(std::move(r));
       }
     }
   }
-  return out;
 }
 
 }  // namespace gnsilu::tune

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -114,6 +115,9 @@ struct Forms {
 // CliError(kBadInput) naming the file and the item.
 std::vector<ShapeRequest> shapes_from_json(const std::string& path, const Forms& defaults);
 
+// Appends `base` once in each of the forms (dtype pair x layout x activation, in that nesting) to `out`.
+void add_each_form(const ShapeRequest& base, const Forms& forms, std::vector<ShapeRequest>& out);
+
 // The cache file a command works on: --cache, else GNSILU_CACHE, else the default user file.
 std::string cache_path(const std::string& option);
 
@@ -146,5 +150,22 @@ class Progress {
 
 // Prints `rows` as an aligned text table (first row: the header) to stdout.
 void print_table(const std::vector<std::vector<std::string>>& rows);
+
+// `v` with `digits` decimals: "12.35".
+std::string fixed(double v, int digits);
+
+// Back from a result document, for its text: a key (cache::key_json's fields) and a launch configuration
+// (cache::config_json's), and their key_text and config_text.
+cache::TuningKey key_of(const nlohmann::json& key);
+LaunchConfig config_of(const nlohmann::json& config);
+std::string key_text_of(const nlohmann::json& key, bool form = true);
+std::string config_text_of(const nlohmann::json& config);
+
+// Printing once: a subcommand computes one result, the document that --json prints, and emit prints it: the
+// document itself (on stdout) when `json`, else text(result). The text functions read the document (and at most
+// an input the command echoes, never a value it computed), so the text and the JSON cannot drift apart.
+// Returns `code` (the command's exit code).
+using TextOf = std::function<void(const nlohmann::json& result)>;
+int emit(bool json, const nlohmann::json& result, const TextOf& text, int code = kOk);
 
 }  // namespace gnsilu::tune
