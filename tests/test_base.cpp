@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/errors.hpp"
 #include "base/process_lifetime.hpp"
 #include "base/text.hpp"
 
@@ -107,4 +108,29 @@ TEST_CASE("join") {
   CHECK(join({"a"}, " ") == "a");
   CHECK(join({"--fmad=false", "-arch=sm_90"}, " ") == "--fmad=false -arch=sm_90");
   CHECK(join({"_Z1av", "_Z1bv", "_Z1cv"}, "\n") == "_Z1av\n_Z1bv\n_Z1cv");
+}
+
+TEST_CASE("driver and NVRTC errors name the source file by its folder and name, whatever path the compiler saw") {
+  for (const char* path : {"/home/ci/clone/src/runtime/launch.cpp", "../src/runtime/launch.cpp", "runtime/launch.cpp"}) {
+    try {
+      gnsilu::detail::throw_cuda(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel", path, 43);
+      FAIL("expected a CudaError");
+    } catch (const gnsilu::Error& e) {
+      const std::string message = e.what();
+      CHECK_MESSAGE(message.find("cuLaunchKernel failed: ") == 8, message);
+      CHECK_MESSAGE(message.ends_with(" at runtime/launch.cpp:43"), message);
+    }
+  }
+  try {
+    gnsilu::detail::throw_nvrtc(NVRTC_ERROR_COMPILATION, "nvrtcCompileProgram", "/x/src/runtime/compiler.cpp", 7);
+    FAIL("expected an Error");
+  } catch (const gnsilu::Error& e) {
+    CHECK(std::string(e.what()).ends_with(" at runtime/compiler.cpp:7"));
+  }
+  try {
+    gnsilu::detail::throw_nvrtc(NVRTC_ERROR_COMPILATION, "nvrtcCompileProgram", "compiler.cpp", 7);
+    FAIL("expected an Error");
+  } catch (const gnsilu::Error& e) {
+    CHECK(std::string(e.what()).ends_with(" at compiler.cpp:7"));
+  }
 }

@@ -720,10 +720,9 @@ TEST_CASE("a file locked by another process: no error reaches the caller, and la
   {
     SQLite::Database holder(path, SQLite::OPEN_READWRITE, 0);
     holder.exec("BEGIN EXCLUSIVE");
-    const auto started = std::chrono::steady_clock::now();
+    // The holder is this thread, so a put that waited for the lock would never return: it must give up (after its
+    // 100 ms busy timeout) and report that nothing was stored. What it waited is not asserted.
     CHECK_FALSE(s.put_tuning(entry(key(2))));
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    CHECK(waited < 5.0);
     s.find_tuning(key(1));  // may or may not see through the lock; must not throw
     holder.exec("COMMIT");
   }
@@ -992,9 +991,16 @@ TEST_CASE("leases: a dead holder on this host is taken over at once, a remote on
   LeaseHolder remote = LeaseHolder::self();  // on "another host": only the expiry tells
   remote.host = "another-host";
   remote.pid = 1;
-  CHECK(s.claim("remote", remote.text(), 0.3) == Store::Claim::Acquired);
-  CHECK(s.claim("remote", me, 60) == Store::Claim::HeldByOther);
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  CHECK(s.claim("remote", remote.text(), 3600) == Store::Claim::Acquired);
+  CHECK(s.claim("remote", me, 60) == Store::Claim::HeldByOther);  // alive as far as anyone here can tell
+  {
+    // Its holder stopped renewing: the lease's expiry passes. Set in the file rather than waited for, so that no
+    // clock decides the outcome.
+    SQLite::Database db(path, SQLite::OPEN_READWRITE);
+    SQLite::Statement expire(db, "UPDATE leases SET expires_at = ? WHERE key = 'remote'");
+    expire.bind(1, unix_now() - 1);
+    REQUIRE(expire.exec() == 1);
+  }
   CHECK(s.claim("remote", me, 60) == Store::Claim::Acquired);  // not renewed: expired
 
   CHECK(s.claim("third", me, 60) == Store::Claim::Acquired);
@@ -1012,15 +1018,35 @@ TEST_CASE("a heartbeat keeps a lease alive past its length, and stops with its o
   LeaseHolder remote = LeaseHolder::self();  // as a holder on another host: only renewals keep it
   remote.host = "another-host";
   const std::string me = LeaseHolder::self().text();
-  REQUIRE(s.claim("k", remote.text(), 0.4) == Store::Claim::Acquired);
+  REQUIRE(s.claim("k", remote.text(), 60) == Store::Claim::Acquired);
+  auto expiry = [&] {
+    SQLite::Database db(path, SQLite::OPEN_READONLY);
+    SQLite::Statement q(db, "SELECT expires_at FROM leases WHERE key = 'k'");
+    return q.executeStep() ? q.getColumn(0).getDouble() : -1.0;
+  };
+  // Wait for renewals, not for a time: each one must push the lease's expiry forward. The deadline only stops a
+  // broken heartbeat from hanging the test; a loaded machine makes the wait longer, never the test fail.
+  auto wait_for = [](const auto& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!done() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return done();
+  };
   {
-    LeaseHeartbeat beat(path, "k", remote.text(), 0.1, 0.4);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // three lease lengths
+    const double claimed = expiry();
+    LeaseHeartbeat beat(path, "k", remote.text(), 0.01, 3600);  // renews every 10 ms for an hour
+    REQUIRE(wait_for([&] { return beat.renewals() >= 3; }));
+    const double renewed = expiry();
+    CHECK(renewed > claimed + 3000);  // claimed for 60 s, renewed for an hour
+    REQUIRE(wait_for([&] { return expiry() > renewed; }));  // and again
     CHECK(s.claim("k", me, 60) == Store::Claim::HeldByOther);
-    CHECK(beat.renewals() >= 5);
+    CHECK(LeaseHolder::parse(s.lease("k")->owner)->host == "another-host");
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // no more renewals: it expires
-  CHECK(s.claim("k", me, 60) == Store::Claim::Acquired);
+  // Destroyed: its thread is joined, so nothing renews the lease any more.
+  const double expiry_at_end = expiry();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // ten of its periods
+  CHECK(expiry() == expiry_at_end);
+  CHECK(s.lease("k")->owner == remote.text());
 }
 
 TEST_CASE("processes killed with SIGKILL while claiming, storing and releasing: the file stays whole, the next "
@@ -1030,7 +1056,7 @@ TEST_CASE("processes killed with SIGKILL while claiming, storing and releasing: 
   { Store s(path, Store::Mode::ReadWrite); }
   std::mt19937 random(1234);
   constexpr int kKills = 100;
-  int integrity_failures = 0, bad_entries = 0, slow_claims = 0, unheld = 0;
+  int integrity_failures = 0, bad_entries = 0, not_granted = 0, unheld = 0, odd_unheld = 0;
   double slowest = 0;
   for (int i = 0; i < kKills; ++i) {
     // Even children are killed a random time after their start (anywhere: opening, claiming, storing); odd ones a
@@ -1060,8 +1086,10 @@ TEST_CASE("processes killed with SIGKILL while claiming, storing and releasing: 
     }
     close(ready[1]);
     if (i % 2 == 1) {
+      // Until its lease is held. The bound only keeps a broken child from hanging the test (a child that cannot
+      // claim in two minutes is a failure below, counted in odd_unheld), it is no expectation of speed.
       pollfd p{ready[0], POLLIN, 0};
-      poll(&p, 1, 10000);  // its lease is held (or 10 s passed)
+      poll(&p, 1, 120000);
     }
     close(ready[0]);
     std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 40000)(random)));
@@ -1082,21 +1110,25 @@ TEST_CASE("processes killed with SIGKILL while claiming, storing and releasing: 
         bad_entries++;
     }
     const std::string held = "held-" + std::to_string(i);
-    if (!s.lease(held)) unheld++;  // killed before its first claim: nothing to take over
+    if (!s.lease(held)) {  // killed before its first claim: nothing to take over
+      unheld++;
+      if (i % 2 == 1) odd_unheld++;
+    }
     const auto started = std::chrono::steady_clock::now();
     const bool got = s.claim(held, LeaseHolder::self().text(), 60) == Store::Claim::Acquired;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     slowest = std::max(slowest, seconds);
-    if (!got || seconds > 2.0) slow_claims++;
+    if (!got) not_granted++;
     s.release(held, LeaseHolder::self().text());
   }
   MESSAGE(kKills << " kills: " << integrity_failures << " files failed integrity_check, " << bad_entries
-                 << " entries not whole, " << slow_claims << " claims not granted within 2 s (slowest "
-                 << slowest << " s); " << kKills - unheld << " of the killed processes held a lease");
+                 << " entries not whole, " << not_granted << " dead holders' leases not granted at the first claim "
+                 << "(slowest claim " << slowest << " s); " << kKills - unheld
+                 << " of the killed processes held a lease");
   CHECK(integrity_failures == 0);
   CHECK(bad_entries == 0);
-  CHECK(slow_claims == 0);
-  CHECK(kKills - unheld >= kKills / 2);  // at least the odd half were killed holding one: takeover exercised
+  CHECK(not_granted == 0);  // a dead holder's lease goes to the first claim: no waiting for its expiry
+  CHECK(odd_unheld == 0);   // the odd half were killed holding one: takeover exercised every time
   Store s(path, Store::Mode::ReadWrite);
   CHECK(s.all_tuning().size() > 0);
 }

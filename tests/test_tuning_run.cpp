@@ -230,17 +230,18 @@ TEST_CASE("a live holder of the lease makes warm_key wait, report the holder, an
   REQUIRE(file.claim(lease, holder, 60) == Store::Claim::Acquired);
   const uint64_t waited_before = counters().waited_for_other_process.load();
 
+  // Patience of 2 s: it gives up no sooner (the clock only moves forward, so that bound cannot fail by load), and
+  // reports the holder at least at its first claim, which comes at once (2 s of headroom even for a loaded
+  // machine). How many times it claims again in those 2 s depends on the machine and is not asserted.
   std::vector<std::string> holders;
-  const WarmResult r = warm_key(call, false, waiting_up_to(0.3, &holders), hooks);
+  const WarmResult r = warm_key(call, false, waiting_up_to(2.0, &holders), hooks);
   CHECK(r.outcome == O::HeldByOther);
   CHECK_FALSE(r.entry);
-  CHECK(r.seconds >= 0.29);
-  CHECK(r.seconds < 5);
+  CHECK(r.seconds >= 1.99);
   const std::string me = "pid " + std::to_string(getpid()) + " on ";
   CHECK(r.message.find(me) != std::string::npos);
   REQUIRE(!holders.empty());
-  CHECK(holders.size() >= 2);  // every claim_every (50 ms here) of the 300 ms
-  CHECK(holders.front().find(me) == 0);
+  for (const auto& h : holders) CHECK(h.find(me) == 0);
   CHECK(script->made == 0);
   CHECK(counters().waited_for_other_process.load() == waited_before + 1);
   REQUIRE(file.lease(lease));
@@ -275,7 +276,6 @@ TEST_CASE("the lease of a dead holder on this host is taken over at once and the
   std::vector<std::string> holders;
   const WarmResult r = warm_key(call, false, waiting_up_to(30, &holders), hooks);
   CHECK(r.outcome == O::Tuned);
-  CHECK(r.seconds < 5);
   CHECK(holders.empty());  // taken over by the first claim: no wait
   CHECK(counters().waited_for_other_process.load() == waited_before);
   CHECK(script->made == 1);
@@ -307,7 +307,6 @@ TEST_CASE("an entry stored by the lease's holder while warm_key waits is used: T
   CHECK(r.entry->winner == other_candidate(2));
   CHECK(r.entry->best_us == doctest::Approx(70));
   CHECK(calls == 2);
-  CHECK(r.seconds < 5);
   CHECK(script->made == 0);
   CHECK(file.lease(key.text())->owner == holder);  // not this process's to release
 }

@@ -6,9 +6,10 @@
 # test_compile runs only its quick cases. Extra arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh
+source tools/steps.sh
+step "setup" bash tools/setup.sh
 build=${GNSILU_BUILD_DIR:-build-sanitize}
-GNSILU_BUILD_DIR=$build GNSILU_BUILD_TYPE=${GNSILU_BUILD_TYPE:-Debug} \
+step "build ($build)" env GNSILU_BUILD_DIR="$build" GNSILU_BUILD_TYPE="${GNSILU_BUILD_TYPE:-Debug}" \
   bash tools/build.sh -DGNSILU_SANITIZE=ON -DGNSILU_BUILD_TOOLS=OFF
 
 supp=$PWD/tools/sanitizer
@@ -18,6 +19,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 
 # Not here: test_compile's full case (below, only its quick cases) and the Python tests (python3 is not built with
 # ASan; the C API they call is fuzzed from C by tools/fuzz.sh).
-ctest --test-dir "$build" --output-on-failure -L cpu -E '^(test_compile|test_python_.*)$' "$@"
+step "ctest ($build)" bash -c 'set -o pipefail; ctest --test-dir "$0" --output-on-failure -L cpu \
+  -E "^(test_compile|test_python_.*)$" "${@:1}" 2>&1 | tee "$0/ctest.log"' "$build" "$@"
 echo "sanitize: test_compile (quick cases; the full one runs in tools/test.sh)"
-"$build/tests/test_compile" --test-case-exclude='every kernel variant*'
+step "test_compile quick cases ($build)" "$build/tests/test_compile" --test-case-exclude='every kernel variant*'

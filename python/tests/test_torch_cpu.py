@@ -11,8 +11,12 @@ script, which ctest reports as Skipped):
 - the swap's hand-off from GroupNormSiLU to its SiLU: SiLU applied exactly once, also to a shared nonlinearity used
   elsewhere, no tensor held after the block's call, a norm called outside its block, pickling and deepcopy;
 - the fast path of the torch call (CUDA pretended, the C function replaced by a recorder): the problem it passes
-  equals the checked path's, and what still takes the checked path.
+  equals the checked path's, and what still takes the checked path;
+- layout_of on tensors against torch's own is_contiguous(memory_format=...), the torch path of group_norm with CUDA
+  pretended (the layout passed, copies, out checks), GroupNormSiLU, GroupNorm and swap_group_norm_silu on CPU
+  tensors giving PyTorch's exact results.
 """
+import collections
 import contextlib
 import copy
 import io
@@ -39,6 +43,7 @@ from gnsilu import _api, _lib  # noqa: E402
 if torch is not None:
     import gnsilu.torch as gt
     import toy_models
+    from test_cpu import RecordedCall  # the stand-in for _lib.call that the C-call tests use
 
 PROBLEM_FIELDS = [name for name, _ in _lib.Problem._fields_]
 OP = "gnsilu::group_norm"  # how graph_ops records the operator
@@ -346,8 +351,409 @@ class TestFastPath(unittest.TestCase):
         self.assertTrue(torch.equal(y, F.silu(F.group_norm(x, 4, module.weight, module.bias, module.eps))))
 
 
+# ---- layout_of on tensors, the torch path of group_norm, the modules and the swap on CPU tensors -----------------
+class TestTorchOnCPU(unittest.TestCase):
+    def setUp(self):
+        import gnsilu.torch as gt
+        import toy_models
+        self.gt = gt
+        self.models = toy_models
+        torch.manual_seed(0)
+
+    def test_cpu_tensor_is_refused_by_the_function(self):
+        x = torch.randn(2, 64, 4, 4)
+        with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+            gnsilu.group_norm_silu(x, 32)
+        self.assertIn("'x'", str(caught.exception))
+        self.assertIn("CUDA", str(caught.exception))
+
+    def test_group_norm_silu_module_falls_back_on_cpu(self):
+        gn = nn.GroupNorm(8, 64, eps=1e-6)
+        with torch.no_grad():
+            gn.weight.uniform_(0.5, 1.5)
+            gn.bias.uniform_(-0.5, 0.5)
+        fused = self.gt.GroupNormSiLU.from_group_norm(gn)
+        self.assertIs(fused.weight, gn.weight)
+        self.assertEqual(list(fused.state_dict()), list(gn.state_dict()))
+        x = torch.randn(2, 64, 5, 3, requires_grad=True)
+        expected = F.silu(gn(x))
+        got = fused(x)
+        self.assertTrue(torch.equal(got, expected))
+        got.sum().backward()  # the fallback keeps autograd
+        self.assertIsNotNone(gn.weight.grad)
+        fresh = self.gt.GroupNormSiLU(8, 64, eps=1e-6)
+        fresh.load_state_dict(gn.state_dict())
+        self.assertTrue(torch.equal(fresh(x), expected))
+        self.assertEqual(repr(fresh), "GroupNormSiLU(8, 64, eps=1e-06, affine=True)")
+        plain = self.gt.GroupNormSiLU(4, 64, affine=False)
+        self.assertEqual(list(plain.state_dict()), [])
+        self.assertTrue(torch.equal(plain(x), F.silu(F.group_norm(x, 4, eps=1e-5))))
+        with self.assertRaises(ValueError):
+            self.gt.GroupNormSiLU(3, 64)
+
+    def test_swap_keeps_results_and_state(self):
+        decoder = self.models.FluxLikeDecoder(block_out_channels=(32, 64, 64, 64), layers_per_block=1)
+        head = self.models.sequential_head(32)
+        others = nn.ModuleList([self.models.ResidualNorm(32), self.models.FunctionalSiLU(32)])
+        keys = list(decoder.state_dict())
+        latent = torch.randn(1, 16, 8, 8)
+        features = torch.randn(1, 32, 6, 6)
+        with torch.no_grad():
+            expected = decoder(latent), head(features), [m(features) for m in others]
+            self.assertEqual(self.gt.swap_group_norm_silu(decoder), self.models.expected_swaps(decoder))
+            self.assertEqual(self.gt.swap_group_norm_silu(head), 1)
+            self.assertEqual(self.gt.swap_group_norm_silu(others), 0)
+            got = decoder(latent), head(features), [m(features) for m in others]
+        self.assertEqual(list(decoder.state_dict()), keys)
+        self.assertTrue(torch.equal(got[0], expected[0]))  # on CPU the swapped modules run the same ops
+        self.assertTrue(torch.equal(got[1], expected[1]))
+        self.assertIsInstance(head[1], nn.Identity)
+        self.assertTrue(all(torch.equal(a, b) for a, b in zip(got[2], expected[2])))
+        attention = decoder.mid_block.attentions[0]
+        self.assertIs(type(attention.group_norm), self.gt.GroupNorm)  # no SiLU follows: plain, not fused
+        self.assertEqual(self.gt.swap_group_norm_silu(decoder), 0)
+
+    def test_shared_nonlinearity_still_applies_to_other_tensors(self):
+        block = self.models.ResnetBlock2D(32, 32, temb_channels=8)
+        x, temb = torch.randn(2, 32, 4, 4), torch.randn(2, 8)
+        with torch.no_grad():
+            expected = block(x, temb)
+            self.assertEqual(self.gt.swap_group_norm_silu(block), 2)
+            self.assertTrue(torch.equal(block(x, temb), expected))
+
+    def test_scale_shift_block_keeps_norm2(self):
+        block = self.models.ResnetBlock2D(32, 32, temb_channels=8, time_embedding_norm="scale_shift")
+        self.assertEqual(self.gt.swap_group_norm_silu(block), 1)
+        self.assertIs(type(block.norm2), self.gt.GroupNorm)  # not fused: a plain gnsilu group_norm
+        block = self.models.ResnetBlock2D(32, 32, temb_channels=8, time_embedding_norm="scale_shift")
+        self.assertEqual(self.gt.swap_group_norm_silu(block, plain=False), 1)
+        self.assertIs(type(block.norm2), nn.GroupNorm)
+
+    def test_hooks_prevent_swaps(self):
+        block = self.models.ResnetBlock2D(32, 32)
+        block.norm1.register_forward_hook(lambda module, args, output: output * 2)
+        self.assertEqual(self.gt.swap_group_norm_silu(block), 1)  # norm2 only
+        self.assertIs(type(block.norm1), nn.GroupNorm)
+        handle = nn.modules.module.register_module_forward_hook(lambda module, args, output: None)
+        try:
+            self.assertEqual(self.gt.swap_group_norm_silu(self.models.sequential_head(32)), 0)
+        finally:
+            handle.remove()
+
+    # -- layouts of torch tensors, and the torch path of group_norm with CUDA pretended --------------------------
+    def test_layout_of_agrees_with_torch(self):
+        import itertools
+        formats = {4: torch.channels_last, 5: torch.channels_last_3d}
+        shapes = [(2, 6, 4, 5), (1, 6, 1, 5), (2, 1, 4, 5), (2, 6, 1, 1), (1, 1, 1, 1), (3, 4, 1, 7), (2, 3, 4, 1, 5),
+                  (2, 6, 2, 3, 4), (1, 4, 1, 1, 3), (2, 5, 7), (2, 1, 7), (1, 3, 2, 2, 2, 2)]
+        checked = collections.Counter()
+        for shape in shapes:
+            ndim = len(shape)
+            for order in itertools.permutations(range(ndim)):
+                dense = torch.empty([shape[d] for d in order]).permute(_api._inverse(order))
+                tensors = [dense]
+                if shape[-1] > 1:
+                    tensors.append(dense[..., :-1])  # a gap, for most orders
+                if shape[0] > 1:
+                    tensors.append(dense[:1].expand(shape))  # stride 0 along N
+                for x in tensors:
+                    if x.numel() == 0:
+                        continue
+                    if ndim in formats:  # torch's own rule
+                        channels_last = x.is_contiguous(memory_format=formats[ndim])
+                    else:  # the same rule from the definition: the (N, *spatial, C) view is contiguous
+                        channels_last = x.permute(_api._channels_last_order(ndim)).is_contiguous()
+                    expected = "channels_first" if x.is_contiguous() else "channels_last" if channels_last else None
+                    with self.subTest(shape=tuple(x.shape), strides=x.stride()):
+                        self.assertEqual(_api.layout_of(x.shape, x.stride()), expected)
+                    checked[expected] += 1
+        self.assertTrue(all(checked[k] > 20 for k in ("channels_first", "channels_last", None)), checked)
+        # diffusers' attention: hidden_states (N, L, C) transposed to (N, C, L).
+        self.assertEqual(gnsilu.layout_of(*(lambda t: (t.shape, t.stride()))(torch.empty(2, 77, 96).transpose(1, 2))),
+                         "channels_last")
+
+    def test_operands_keep_the_layout(self):
+        operands = _api._torch_operands
+        x = torch.randn(2, 8, 4, 5)
+        cl = x.to(memory_format=torch.channels_last)
+        same, y, layout = operands(torch, cl, None, torch.float16)
+        self.assertIs(same, cl)
+        self.assertEqual((layout, y.dtype, y.shape), ("channels_last", torch.float16, x.shape))
+        self.assertTrue(y.is_contiguous(memory_format=torch.channels_last))
+        same, y, layout = operands(torch, x, None, torch.float32)
+        self.assertIs(same, x)
+        self.assertTrue(y.is_contiguous())
+        self.assertEqual(layout, "channels_first")
+        five = torch.randn(2, 8, 3, 4, 5).to(memory_format=torch.channels_last_3d)
+        same, y, layout = operands(torch, five, None, torch.float32)
+        self.assertIs(same, five)
+        self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
+        hidden = torch.randn(2, 77, 96).transpose(1, 2)  # (N, C, L) channels-last
+        same, y, layout = operands(torch, hidden, None, torch.bfloat16)
+        self.assertIs(same, hidden)
+        self.assertEqual(layout, "channels_last")
+        self.assertTrue(y.transpose(1, 2).is_contiguous())
+        six = torch.randn(1, 4, 2, 3, 2, 2).permute(0, 5, 1, 2, 3, 4)  # channels innermost, rank 6
+        same, y, layout = operands(torch, six, None, torch.float32)
+        self.assertIs(same, six)
+        self.assertEqual((layout, _api.layout_of(y.shape, y.stride())), ("channels_last", "channels_last"))
+
+        gappy = torch.randn(2, 8, 4, 10)[..., ::2]
+        copied, y, layout = operands(torch, gappy, None, torch.float32)
+        self.assertIsNot(copied, gappy)
+        self.assertTrue(copied.is_contiguous() and y.is_contiguous())
+        self.assertTrue(torch.equal(copied, gappy))
+        out = torch.empty(2, 8, 4, 5).to(memory_format=torch.channels_last)
+        copied, y, layout = operands(torch, gappy, out, torch.float32)  # copied into out's layout
+        self.assertIs(y, out)
+        self.assertEqual(layout, "channels_last")
+        self.assertTrue(copied.is_contiguous(memory_format=torch.channels_last))
+        self.assertTrue(torch.equal(copied, gappy))
+        other_order = torch.randn(2, 8, 5, 4).transpose(2, 3)  # dense, but W before H
+        self.assertIsNot(operands(torch, other_order, None, torch.float32)[0], other_order)
+
+        with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+            operands(torch, cl, torch.empty(2, 8, 4, 5), torch.float32)
+        self.assertIn("'out': is channels-first (contiguous) but x is channels-last", str(caught.exception))
+        with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+            operands(torch, x, out, torch.float32)
+        self.assertIn("'out': is channels-last but x is channels-first", str(caught.exception))
+        with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+            operands(torch, x, torch.empty(2, 8, 4, 10)[..., ::2], torch.float32)
+        self.assertIn("'out': must be dense", str(caught.exception))
+        # C = 1 is both: any dense out goes.
+        one = torch.randn(2, 1, 4, 5).to(memory_format=torch.channels_last)
+        self.assertEqual(operands(torch, one, torch.empty(2, 1, 4, 5), torch.float32)[2], "channels_first")
+
+    @contextlib.contextmanager
+    def pretend_cuda(self):
+        """CPU tensors taken for CUDA ones by the torch path of group_norm, the C call recorded (not made)."""
+        recorder = RecordedCall()
+        stream = types.SimpleNamespace(cuda_stream=0x5150)
+        with mock.patch.object(torch.Tensor, "is_cuda", True), \
+                mock.patch.object(torch.cuda, "device", lambda device: contextlib.nullcontext()), \
+                mock.patch.object(torch.cuda, "current_stream", lambda device=None: stream), \
+                mock.patch.object(_lib, "call", recorder), mock.patch.object(_api, "_FAST_LIMIT", 0):
+            yield recorder
+
+    def test_torch_path_with_cuda_pretended(self):
+        weight, bias = torch.randn(8), torch.randn(8).half()
+        x = torch.randn(2, 8, 4, 5).bfloat16().to(memory_format=torch.channels_last)
+        with self.pretend_cuda() as recorder:
+            y = gnsilu.group_norm(x, 4, weight, bias, eps=1e-5, activation=None)
+        problem = recorder.problem
+        self.assertEqual(recorder.calls[0][2], (None, 0, 0x5150))
+        self.assertEqual(problem["x"], x.data_ptr())  # no copy
+        self.assertEqual(problem["y"], y.data_ptr())
+        self.assertEqual((problem["x_layout"], problem["y_layout"], problem["activation"]), (1, 1, 1))
+        self.assertEqual((problem["x_dtype"], problem["y_dtype"], problem["weight_dtype"], problem["bias_dtype"]),
+                         (1, 1, 3, 2))
+        self.assertEqual((problem["weight"], problem["bias"]), (weight.data_ptr(), bias.data_ptr()))
+        self.assertEqual((problem["shape"], problem["num_groups"], problem["eps"]), ([2, 8, 4, 5], 4, 1e-5))
+        self.assertTrue(y.is_contiguous(memory_format=torch.channels_last))
+        self.assertEqual((y.dtype, y.shape), (torch.bfloat16, x.shape))
+
+        with self.pretend_cuda() as recorder:  # out_dtype: y float32 in x's format
+            y = gnsilu.group_norm_silu(x, 4, out_dtype="float32")
+        self.assertEqual((recorder.problem["y_dtype"], recorder.problem["activation"]), (3, 0))
+        self.assertTrue(y.dtype == torch.float32 and y.is_contiguous(memory_format=torch.channels_last))
+
+        with self.pretend_cuda() as recorder:  # in place
+            self.assertIs(gnsilu.group_norm(x, 4, out=x), x)
+        self.assertEqual((recorder.problem["x"], recorder.problem["y"], recorder.problem["x_layout"]),
+                         (x.data_ptr(), x.data_ptr(), 1))
+
+        gappy = torch.randn(2, 8, 4, 10)[..., ::2]
+        with self.pretend_cuda() as recorder:  # copied first; y contiguous
+            y = gnsilu.group_norm(gappy, 4)
+        self.assertNotEqual(recorder.problem["x"], gappy.data_ptr())
+        self.assertEqual(recorder.problem["x_layout"], 0)
+        self.assertTrue(y.is_contiguous())
+
+        hidden = torch.randn(2, 77, 96).transpose(1, 2)
+        with self.pretend_cuda() as recorder:
+            y = gnsilu.group_norm(hidden, 32, activation="none")
+        self.assertEqual((recorder.problem["x"], recorder.problem["x_layout"], recorder.problem["shape"]),
+                         (hidden.data_ptr(), 1, [2, 96, 77]))
+        self.assertTrue(y.transpose(1, 2).is_contiguous())
+
+        with self.pretend_cuda() as recorder:
+            for call, name in ((lambda: gnsilu.group_norm(x, 4, out=torch.empty(2, 8, 4, 5).bfloat16()), "out"),
+                               (lambda: gnsilu.group_norm(x, 4, activation="gelu"), "activation"),
+                               (lambda: gnsilu.group_norm(x.float().requires_grad_(), 4), "x")):
+                with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+                    call()
+                self.assertIn(f"'{name}'", str(caught.exception))
+            self.assertEqual(recorder.calls, [])
+            empty = torch.empty(0, 8, 4, 5).to(memory_format=torch.channels_last)
+            self.assertEqual(gnsilu.group_norm(empty, 4).shape, empty.shape)
+            self.assertEqual(recorder.calls, [])
+
+    # -- gnsilu.torch.GroupNorm and the modules' use of gnsilu ---------------------------------------------------
+    def test_group_norm_module_falls_back_on_cpu(self):
+        gn = nn.GroupNorm(8, 64, eps=1e-6)
+        with torch.no_grad():
+            gn.weight.uniform_(0.5, 1.5)
+            gn.bias.uniform_(-0.5, 0.5)
+        ours = self.gt.GroupNorm.from_group_norm(gn)
+        self.assertIsInstance(ours, nn.GroupNorm)
+        self.assertIs(ours.weight, gn.weight)
+        self.assertIs(ours.bias, gn.bias)
+        self.assertEqual(list(ours.state_dict()), list(gn.state_dict()))
+        self.assertEqual(repr(ours), repr(gn))
+        x = torch.randn(2, 64, 5, 3, requires_grad=True)
+        expected = gn(x)
+        got = ours(x)
+        self.assertTrue(torch.equal(got, expected))
+        got.sum().backward()
+        self.assertIsNotNone(gn.weight.grad)
+        channels_last = x.detach().to(memory_format=torch.channels_last)
+        self.assertTrue(torch.equal(ours(channels_last), gn(channels_last)))
+        fresh = self.gt.GroupNorm(8, 64, eps=1e-6)
+        fresh.load_state_dict(gn.state_dict())
+        self.assertTrue(torch.equal(fresh(x), expected))
+        plain = self.gt.GroupNorm(4, 64, affine=False)
+        self.assertEqual(list(plain.state_dict()), [])
+        self.assertTrue(torch.equal(plain(x), F.group_norm(x, 4, eps=1e-5)))
+        self.assertFalse(self.gt.GroupNorm.from_group_norm(gn.eval()).training)
+        with self.assertRaises(ValueError):
+            self.gt.GroupNorm(3, 64)
+
+    def test_modules_call_gnsilu_for_both_layouts(self):
+        """With CUDA pretended, which inputs the modules hand to gnsilu (the C call recorded) and which to PyTorch."""
+        gn = nn.GroupNorm(4, 8)
+        inputs = {"contiguous": torch.randn(2, 8, 4, 5), "channels_last": torch.randn(2, 8, 4, 5).to(
+                      memory_format=torch.channels_last), "3-D channels-last": torch.randn(2, 6, 8).transpose(1, 2),
+                  "channels_last_3d": torch.randn(2, 8, 2, 3, 4).to(memory_format=torch.channels_last_3d)}
+        for module, activation in ((self.gt.GroupNorm.from_group_norm(gn), 1),
+                                   (self.gt.GroupNormSiLU.from_group_norm(gn), 0)):
+            for name, x in inputs.items():
+                with self.subTest(module=type(module).__name__, input=name), torch.no_grad():
+                    with self.pretend_cuda() as recorder:
+                        y = module(x)
+                    problem = recorder.problem
+                    self.assertEqual((problem["x"], problem["activation"]), (x.data_ptr(), activation))
+                    self.assertEqual(problem["x_layout"], 0 if name == "contiguous" else 1)
+                    self.assertEqual(_api.layout_of(y.shape, y.stride()), _api.layout_of(x.shape, x.stride()))
+            gappy = torch.randn(2, 8, 4, 10)[..., ::2]
+            with self.subTest(module=type(module).__name__, input="not dense"), torch.no_grad():
+                with self.pretend_cuda() as recorder:
+                    y = module(gappy)
+                self.assertEqual(recorder.calls, [])  # PyTorch's ops
+                expected = gn(gappy) if activation == 1 else F.silu(gn(gappy))
+                self.assertTrue(torch.equal(y, expected))
+            with self.subTest(module=type(module).__name__, input="requires grad"):
+                with self.pretend_cuda() as recorder:
+                    module(inputs["channels_last"])
+                self.assertEqual(recorder.calls, [])
+
+    # -- swap_group_norm_silu and the plain GroupNorms ------------------------------------------------------------
+    def group_norms(self, model):
+        return collections.Counter(type(m).__name__ for m in model.modules()
+                                   if isinstance(m, (nn.GroupNorm, self.gt.GroupNormSiLU)))
+
+    def test_swap_replaces_plain_group_norms(self):
+        decoder = self.models.FluxLikeDecoder(block_out_channels=(32, 64, 64, 64), layers_per_block=1)
+        keys = list(decoder.state_dict())
+        parameters = {name: p for name, p in decoder.named_parameters()}
+        latent = torch.randn(1, 16, 8, 8)
+        with torch.no_grad():
+            expected = decoder(latent)
+            counts = self.gt.swap_group_norm_silu(decoder, return_counts=True)
+            self.assertEqual(counts, self.gt.SwapCounts(self.models.expected_swaps(decoder), 1))
+            self.assertEqual((counts.pairs, counts.plain), tuple(counts))
+            got = decoder(latent)
+        self.assertTrue(torch.equal(got, expected))
+        self.assertEqual(list(decoder.state_dict()), keys)
+        self.assertTrue(all(p is parameters[name] for name, p in decoder.named_parameters()))
+        self.assertIs(type(decoder.mid_block.attentions[0].group_norm), self.gt.GroupNorm)
+        self.assertEqual(self.group_norms(decoder), {"_GroupNormSiLUBeforeSiLU": counts.pairs, "GroupNorm": 1})
+        self.assertFalse(any(type(m) is nn.GroupNorm for m in decoder.modules()))
+        self.assertEqual(self.gt.swap_group_norm_silu(decoder, return_counts=True), (0, 0))  # idempotent
+        self.assertEqual(self.gt.swap_group_norm_silu(decoder), 0)
+
+        others = nn.ModuleList([self.models.ResidualNorm(32), self.models.FunctionalSiLU(32),
+                                nn.Sequential(nn.GroupNorm(8, 32), nn.Conv2d(32, 32, 1)), nn.GroupNorm(8, 32)])
+        features = torch.randn(2, 32, 6, 6)
+        with torch.no_grad():
+            expected = [m(features) for m in others]
+            self.assertEqual(self.gt.swap_group_norm_silu(others, return_counts=True), (0, 4))
+            got = [m(features) for m in others]
+        self.assertTrue(all(torch.equal(a, b) for a, b in zip(got, expected)))
+        for norm in (others[0].norm, others[1].norm, others[2][0], others[3]):
+            self.assertIs(type(norm), self.gt.GroupNorm)
+
+        # plain=False: only the pairs, as before.
+        decoder = self.models.FluxLikeDecoder(block_out_channels=(32, 64, 64, 64), layers_per_block=1)
+        self.assertEqual(self.gt.swap_group_norm_silu(decoder, plain=False, return_counts=True),
+                         (self.models.expected_swaps(decoder), 0))
+        self.assertIs(type(decoder.mid_block.attentions[0].group_norm), nn.GroupNorm)
+        self.assertEqual(self.gt.swap_group_norm_silu(decoder, return_counts=True), (0, 1))
+
+    def test_swap_of_plain_group_norms_keeps_the_rules(self):
+        shared = nn.GroupNorm(8, 32)
+        hooked = nn.GroupNorm(8, 32)
+        hooked.register_forward_pre_hook(lambda module, args: None)
+        own_forward = nn.GroupNorm(8, 32)
+        own_forward.forward = lambda x: x
+        subclass = type("MyGroupNorm", (nn.GroupNorm,), {})(8, 32)
+        model = nn.ModuleDict({"a": nn.Sequential(shared, nn.Conv2d(32, 32, 1)), "b": shared, "hooked": hooked,
+                               "own_forward": own_forward, "subclass": subclass})
+        keys = list(model.state_dict())
+        self.assertEqual(self.gt.swap_group_norm_silu(model, return_counts=True), (0, 1))
+        self.assertIs(type(model["b"]), self.gt.GroupNorm)
+        self.assertIs(model["a"][0], model["b"])  # still one module
+        self.assertIs(model["b"].weight, shared.weight)
+        for name, cls in (("hooked", nn.GroupNorm), ("own_forward", nn.GroupNorm), ("subclass", type(subclass))):
+            self.assertIs(type(model[name]), cls)
+        self.assertEqual(list(model.state_dict()), keys)
+        alone = nn.GroupNorm(8, 32)
+        self.assertEqual(self.gt.swap_group_norm_silu(alone, return_counts=True), (0, 0))  # not itself
+        handle = nn.modules.module.register_module_forward_pre_hook(lambda module, args: None)
+        try:
+            model = nn.Sequential(nn.GroupNorm(8, 32), nn.SiLU(), nn.GroupNorm(8, 32))
+            self.assertEqual(self.gt.swap_group_norm_silu(model, return_counts=True), (0, 0))
+            self.assertEqual(self.gt.swap_group_norm_silu(model), 0)
+            self.assertTrue(all(type(m) in (nn.GroupNorm, nn.SiLU) for m in model))
+        finally:
+            handle.remove()
+
+    def test_channels_last_decoder(self):
+        """The toy decoder with channels-last weights and input: every GroupNorm gets a tensor gnsilu takes as it
+        is (so on a GPU none falls back), most of them channels-last; the swap keeps its results."""
+        decoder = self.models.FluxLikeDecoder(block_out_channels=(32, 64, 64, 64), layers_per_block=1)
+        decoder = decoder.to(memory_format=torch.channels_last)
+        latent = torch.randn(1, 16, 8, 8).to(memory_format=torch.channels_last)
+        layouts = collections.Counter()
+        handles = [m.register_forward_pre_hook(
+            lambda module, args: layouts.update([_api.layout_of(args[0].shape, args[0].stride())]))
+            for m in decoder.modules() if type(m) is nn.GroupNorm]
+        with torch.no_grad():
+            expected = decoder(latent)
+        for handle in handles:
+            handle.remove()
+        self.assertNotIn(None, layouts)
+        self.assertGreater(layouts["channels_last"], layouts["channels_first"], layouts)
+        with torch.no_grad():
+            self.gt.swap_group_norm_silu(decoder)
+            self.assertTrue(torch.equal(decoder(latent), expected))
+
+
 if __name__ == "__main__":
     if torch is None:
+        if os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1":  # .ci/run installed it: missing is a failure
+            print("test_torch_cpu: FAILED: GNSILU_TEST_REQUIRE_TORCH=1 but PyTorch does not import")
+            sys.exit(1)
         print("test_torch_cpu: skipped: PyTorch is not installed")
         sys.exit(77)
-    unittest.main()
+    program = unittest.main(exit=False)
+    result = program.result
+    if not result.wasSuccessful():
+        sys.exit(1)
+    if result.skipped:
+        print(f"test_torch_cpu: {len(result.skipped)} of {result.testsRun} tests skipped:")
+        for test, reason in result.skipped:
+            print(f"  {test.id()}: {reason}")
+        if os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1" or len(result.skipped) == result.testsRun:
+            sys.exit(1 if os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1" else 77)
+    sys.exit(0)

@@ -35,6 +35,9 @@ except ImportError as error:  # not ModuleNotFoundError only: diffusers may fail
     torch = None
     MISSING = f"needs PyTorch and diffusers ({type(error).__name__}: {error})"
     if __name__ == "__main__":
+        if os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1":  # .ci/run installed them: missing is a failure
+            print(f"test_vae_swap: FAILED: GNSILU_TEST_REQUIRE_TORCH=1 but {MISSING}")
+            sys.exit(1)
         print(f"test_vae_swap: skipped: {MISSING}")
         sys.exit(77)  # ctest: Skipped
     if "pytest" in sys.modules:
@@ -396,7 +399,16 @@ def main():
         else:
             print(f"ok   {name} ({time.time() - t:.2f} s)")
     print(f"{len(tests)} tests, {failed} failed, {skipped} skipped, {time.time() - start:.1f} s")
-    return 1 if failed else 0
+    if failed:
+        return 1
+    if skipped and os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1":
+        print(f"test_vae_swap: FAILED: {skipped} tests skipped under GNSILU_TEST_REQUIRE_TORCH=1 (the pinned diffusers "
+              "should have every class)")
+        return 1
+    if skipped == len(tests):
+        print("test_vae_swap: skipped: every test skipped")
+        return 77  # ctest: Skipped, never Passed with nothing run
+    return 0
 
 
 if __name__ == "__main__":

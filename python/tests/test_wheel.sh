@@ -20,6 +20,8 @@
 set -uo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$repo/tools/steps.sh"
+use_ccache  # the wheel's CMake build compiles through ccache too (where installed)
 python="${PYTHON:-python3}"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/gnsilu-wheel.XXXXXX")"
 cleanup() {

@@ -18,17 +18,29 @@ void throw_invalid(const std::string& name, const std::string& what) {
   throw Error(Status::InvalidArgument, "gnsilu: invalid argument '" + name + "': " + what);
 }
 
+namespace {
+
+// "runtime/launch.cpp" of whatever path the compiler was given (absolute, or relative to the build folder when
+// ccache rewrote it): messages name the same place on every machine and in every build folder.
+std::string where(const char* file, int line) {
+  const std::string path = file;
+  const auto last = path.rfind('/');
+  const auto before = last == std::string::npos || last == 0 ? std::string::npos : path.rfind('/', last - 1);
+  return (before == std::string::npos ? path : path.substr(before + 1)) + ":" + std::to_string(line);
+}
+
+}  // namespace
+
 void throw_cuda(CUresult result, const char* call, const char* file, int line) {
   const Status status = result == CUDA_ERROR_OUT_OF_MEMORY ? Status::OutOfMemory : Status::Cuda;
   throw CudaError(static_cast<int>(result),
-                  std::string("gnsilu: ") + call + " failed: " + describe(result) + " at " + file + ":" +
-                      std::to_string(line),
+                  std::string("gnsilu: ") + call + " failed: " + describe(result) + " at " + where(file, line),
                   status);
 }
 
 void throw_nvrtc(nvrtcResult result, const char* call, const char* file, int line) {
   throw Error(Status::Compile, std::string("gnsilu: ") + call + " failed: " + nvrtcGetErrorString(result) + " at " +
-                                   file + ":" + std::to_string(line));
+                                   where(file, line));
 }
 
 }  // namespace detail

@@ -1,5 +1,6 @@
 // For the GPU test programs' main(): whether a usable driver and device are present; if not, prints
-// "SKIPPED: <why>" so that the caller exits 77 (ctest's skip code for the "gpu" label).
+// "SKIPPED: <why>" so that the caller exits 77 (ctest's skip code for the "gpu" label). A single test case that
+// cannot run on this machine uses skip_case.hpp.
 #pragma once
 
 #include <cstdio>

@@ -2,10 +2,16 @@
 # Runs the GPU test suite and the benchmarks on a machine with a GPU, from a build folder made elsewhere (the
 # build travels; the tests are run directly because ctest's files hold the build machine's paths). Logs go
 # under $OUT (default /tmp/gnsilu-gpu); a summary is printed last.
-# Usage: gpu_tests.sh [build] [tests|system|sanitize|python|peers|bench|layouts|profile|all]
+# Usage: gpu_tests.sh [build] [tests|system|sanitize|python|peers|bench|layouts|profile|wheel|bench-compare OLD|all]
+# Exit status: 1 when any step failed (a step that exits 77 counts as skipped, not failed), 2 for an unknown step.
 set -u
 build=${1:-build}
 what=${2:-all}
+case "$what" in
+  tests|system|sanitize|python|peers|bench|layouts|profile|wheel|bench-compare|all) ;;
+  *) echo "gpu_tests: unknown step '$what' (tests|system|sanitize|python|peers|bench|layouts|profile|wheel|bench-compare|all)" >&2
+     exit 2;;
+esac
 out=${OUT:-/tmp/gnsilu-gpu}
 mkdir -p "$out"
 mkdir -p /tmp/gnsilu-cache
@@ -13,29 +19,42 @@ export GNSILU_CACHE=/tmp/gnsilu-cache/cache.sqlite
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 summary=()
+failed=0  # steps that failed (exit status neither 0 nor 77): the script's exit status is 1 if any did
+record() {  # name, exit status
+  local verdict=passed
+  if [ "$2" -eq 77 ]; then verdict=SKIPPED; elif [ "$2" -ne 0 ]; then verdict=FAILED; failed=$((failed + 1)); fi
+  summary+=("$(printf '%-34s exit %-3s %s' "$1" "$2" "$verdict")")
+}
 step() {  # name, log, command...
   local name=$1 log=$2
   shift 2
   "$@" > "$out/$log" 2>&1
   local rc=$?
-  summary+=("$(printf '%-34s exit %s' "$name" "$rc")")
+  record "$name" "$rc"
   return $rc
 }
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  step "test_gpu (C++, doctest)" test_gpu.log "$build/tests/test_gpu"
+  step "test_gpu (C++, doctest)" test_gpu.log "$build/tests/test_gpu" \
+    --test-case-exclude="a tensor of more than 2^31 elements*"
+  step "test_gpu: 2^31 elements" test_gpu_large.log "$build/tests/test_gpu" \
+    --test-case="a tensor of more than 2^31 elements*"
   step "precision_vs_torch.py" precision.log env GNSILU_LIBRARY="$build/libgnsilu.so" OUT="$out" \
     python3 tests/gpu/precision_vs_torch.py
   step "gnsilu-bench check" run.log "$build/tools/gnsilu-bench" check --shapes 1x128x1024x1024 --dtypes bf16 \
     --groups 32 --layouts nchw,nhwc
   grep -E "MESSAGE|ERROR|FAIL|test cases|assertions|Status" "$out/test_gpu.log" | cut -c1-300 | tail -40
+  grep -E "MESSAGE|ERROR|FAIL|SKIPPED|test cases|Status" "$out/test_gpu_large.log" | cut -c1-300 | tail -5
   tail -3 "$out/precision.log"
   cat "$out/run.log"
 fi
 if [ "$what" = system ] || [ "$what" = all ]; then
-  step "test_system (threads, contexts, GPUs)" system.log "$build/tests/test_system"
+  step "test_system (threads, contexts)" system.log "$build/tests/test_system" \
+    --test-case-exclude="two GPUs in one process*"
+  step "test_system: two GPUs" system_two_gpus.log "$build/tests/test_system" --test-case="two GPUs in one process*"
   step "test_soak (100,000 calls)" soak.log "$build/tests/test_soak"
   step "tune_cli_gpu.sh (gnsilu-tune)" tune_cli.log bash tests/gpu/tune_cli_gpu.sh "$build" "$out/tune-cli"
   grep -E "MESSAGE|ERROR|FAIL|device [0-9]|test cases|assertions|Status|SKIPPED" "$out/system.log" | cut -c1-300 | tail -40
+  grep -E "MESSAGE|ERROR|FAIL|SKIPPED|test cases|Status" "$out/system_two_gpus.log" | cut -c1-300 | tail -5
   tail -2 "$out/soak.log"
   cat "$out/tune_cli.log"
 fi
@@ -70,7 +89,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     GNSILU_CACHE=$cold "$build/tools/gnsilu-bench" start --shape 1x128x1024x1024 --dtypes bf16
     "$build/tools/gnsilu-bench" overhead
   } > "$out/start.log" 2>&1
-  summary+=("$(printf '%-34s exit %s' "start and overhead" "$?")")
+  record "start and overhead" "$?"
   step "shapes" shapes.log "$build/tools/gnsilu-bench" shapes --json "$out/shapes.json"
   cat "$out/start.log"
   sed -n '/^shape/,$p' "$out/shapes.log"
@@ -86,7 +105,7 @@ if [ "$what" = profile ]; then
   GNSILU_TUNE=off ncu --clock-control none --kernel-name regex:"chunk_stats|finalize|apply" --launch-count 3 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats \
     "$build/tools/gnsilu-bench" shapes --shapes 1x128x1024x1024 --dtypes bf16 --repeats 2 > "$out/ncu.log" 2>&1
-  summary+=("$(printf '%-34s exit %s' "ncu" "$?")")
+  record "ncu" "$?"
   grep -E "chunk_stats|finalize|apply|Duration|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Executed Instructions  |Issue Slots Busy" "$out/ncu.log" | head -60
   mkdir -p /tmp/gnsilu-cubin && "$build/tools/gnsilu-bench" cubin --json /tmp/gnsilu-cubin > /dev/null 2>&1
   for f in /tmp/gnsilu-cubin/*.cubin; do cuobjdump -sass "$f"; done > "$out/sass.txt" 2>&1
@@ -118,7 +137,7 @@ assert ycl.is_contiguous(memory_format=torch.channels_last)
 print("wheel: PASSED")
 PY
   )
-  summary+=("$(printf '%-34s exit %s' "wheel from outside the checkout" "$?")")
+  record "wheel from outside the checkout" "$?"
   cat "$out/wheel.log"
 fi
 if [ "$what" = bench-compare ]; then
@@ -131,7 +150,7 @@ if [ "$what" = bench-compare ]; then
       GNSILU_CACHE=/tmp/gnsilu-cache/$who.sqlite "$bin" shapes ${GNSILU_COMPARE_SHAPES:+--shapes "$GNSILU_COMPARE_SHAPES"} \
         $([ -z "${GNSILU_COMPARE_SHAPES:-}" ] && echo --preset layouts) --layouts nchw,nhwc --dtypes bf16 \
         --json "$out/bench-$who-$round.json" > "$out/bench-$who-$round.log" 2>&1
-      summary+=("$(printf '%-34s exit %s' "gnsilu-bench $who (round $round)" "$?")")
+      record "gnsilu-bench $who (round $round)" "$?"
     done
   done
   python3 - "$out" <<'PY'
@@ -156,3 +175,8 @@ PY
 fi
 printf '\n'
 printf '%s\n' "${summary[@]}"
+if [ "$failed" -ne 0 ]; then
+  echo "gpu_tests: $failed of ${#summary[@]} steps FAILED"
+  exit 1
+fi
+echo "gpu_tests: ${#summary[@]} steps, none failed"
