@@ -1,0 +1,600 @@
+// gnsilu: exact group statistics, shared by the GPU kernels and the CPU reference.
+//
+// A group's statistics are defined by two exact sums, S1 = sum x and S2 = sum x^2 over its N elements (every
+// input value is a dyadic rational, so both are exact dyadic rationals), and by nothing else: the mean is S1 / N
+// and the variance (N S2 - S1^2) / N^2, each rounded once to FP64 (nearest even). Exact sums do not depend on the
+// order in which elements are added, nor on how the group is cut into parts (chunks, blocks, tiles, frames, ranks):
+// any split gives the same bits, so no reduction tree is part of the definition.
+//
+// The sums are held in a Record of 64-bit integers, in "carry-save" form: S1 = sum_j sum[j] 2^(32 j - 160) and
+// S2 = sum_j squares[j] 2^(32 j - 320), where every limb of a normalized record but the top one lies in
+// [0, 2^32) (the top limb is signed). The range covers every finite FP32 value (hence BF16 and FP16): the smallest
+// FP32 subnormal is 2^-149 (its square 2^-298), and a group of fewer than 2^48 elements of magnitude below 2^128
+// keeps S1 < 2^176 and S2 < 2^304 within the top limbs. A record merges with another by adding its fields one by
+// one: integer addition, exact, associative and commutative. Each addition of an element or of a normalized record
+// changes a limb by less than 2^32, so at least 2^31 of them may be added before a limb could overflow; normalize()
+// propagates the carries and restores the bound. So the records of any number of parts (tiles, frames, processes:
+// an all-reduce SUM of int64) merge to the bits of the whole.
+//
+// NaN and Inf are counted apart (nonfinite); a group holding one has NaN statistics, as before.
+//
+// Status: tested on the CPU (tests/test_exact.cpp) and not yet used by the kernels or the CPU reference, which still
+// follow gnsilu_math.cuh's fixed reduction tree. docs/wip/exact-statistics-kernels.patch wires it into both; it ran
+// bit-identical on the H200 but made the statistics pass 1.3-5x slower, so it lands when its speed does (issue 24).
+#pragma once
+
+#include "gnsilu_math.cuh"
+
+namespace gnsilu {
+namespace exact {
+
+using math::i64;
+using math::u32;
+using math::u64;
+
+constexpr int kSumLimbs = 11;     // S1: limbs of weight 2^(32 j + kSumBase), j = 0..10
+constexpr int kSumBase = -160;
+constexpr int kSquareLimbs = 19;  // S2: limbs of weight 2^(32 j + kSquareBase), j = 0..18
+constexpr int kSquareBase = -320;
+constexpr i64 kMaxCount = i64(1) << 48;  // elements of one group (the divisions below work in 16-bit steps)
+
+struct alignas(16) Record {
+  i64 count;                  // elements
+  i64 nonfinite;              // of which NaN or Inf
+  i64 sum[kSumLimbs];         // S1
+  i64 squares[kSquareLimbs];  // S2
+};
+static_assert(sizeof(Record) == 256, "Record layout: 32 64-bit integers");
+constexpr int kRecordWords = 32;
+
+GNSILU_HD void clear(Record& r) {
+  i64* w = &r.count;
+  for (int i = 0; i < kRecordWords; ++i) w[i] = 0;
+}
+
+// r += o, field by field.
+GNSILU_HD void merge(Record& r, const Record& o) {
+  i64* w = &r.count;
+  const i64* v = &o.count;
+  for (int i = 0; i < kRecordWords; ++i) w[i] += v[i];
+}
+
+// ---- limbs ---------------------------------------------------------------------------------------------------
+// Additions go through a sink: add(k, d) adds the signed 32-bit digit d (|d| < 2^32) at limb k of an array of L
+// limbs. Limbs in memory of the caller's own (Limbs below) or a kernel's shared record (with atomics: integer
+// addition commutes, so any order of the threads gives the same limbs).
+template <int L>
+struct Limbs {
+  i64* limb;
+  GNSILU_HD void operator()(int k, i64 d) const { limb[k] += d; }
+};
+
+// limbs += (negative ? -1 : 1) * mag * 2^p, for 0 <= p (p counted from the limbs' base): three 32-bit digits. A
+// digit one past the top limb goes into the top limb times 2^32 (the ranges above keep it below 2^31 there, and no
+// digit further up is ever nonzero).
+template <int L, typename Add>
+GNSILU_HD void deposit(const Add& add, u64 mag, bool negative, int p) {
+  const int j = p >> 5;
+  const int r = p & 31;
+  const u64 lo = mag << r;
+  const u64 hi = r == 0 ? 0ull : mag >> (64 - r);
+  const auto put = [&](int k, i64 digit) {
+    const i64 d = negative ? -digit : digit;
+    if (d == 0) return;
+    if (k < L) add(k, d);
+    else add(L - 1, d * (i64(1) << 32));
+  };
+  put(j, static_cast<i64>(lo & 0xFFFFFFFFull));
+  put(j + 1, static_cast<i64>(lo >> 32));
+  put(j + 2, static_cast<i64>(hi));
+}
+
+// Carries propagated upwards: every limb but the top one in [0, 2^32), the value unchanged.
+template <int L>
+GNSILU_HD void normalize(i64 (&limb)[L]) {
+  for (int j = 0; j + 1 < L; ++j) {
+    const i64 carry = limb[j] >> 32;  // floor(limb / 2^32), also for negative limbs
+    limb[j] -= carry * (i64(1) << 32);
+    limb[j + 1] += carry;
+  }
+}
+GNSILU_HD void normalize(Record& r) {
+  normalize(r.sum);
+  normalize(r.squares);
+}
+
+// Where a record's additions go: count, nonfinite, sum limbs, square limbs (each an add(k, d) as above, count and
+// nonfinite as add(0, d)).
+template <typename Count, typename Sum, typename Square>
+struct Sink {
+  Count count;
+  Count nonfinite;
+  Sum sum;
+  Square squares;
+};
+struct CountTo {
+  i64* word;
+  GNSILU_HD void operator()(int, i64 d) const { *word += d; }
+};
+GNSILU_HD Sink<CountTo, Limbs<kSumLimbs>, Limbs<kSquareLimbs>> sink_of(Record& r) {
+  return {CountTo{&r.count}, CountTo{&r.nonfinite}, Limbs<kSumLimbs>{r.sum}, Limbs<kSquareLimbs>{r.squares}};
+}
+
+// One element, given as the bits of its FP32 value (BF16 and FP16 values convert to FP32 exactly).
+template <typename S>
+GNSILU_HD void add_element_to(const S& sink, u32 bits) {
+  const u32 a = bits & 0x7FFFFFFFu;
+  sink.count(0, 1);
+  if (a >= 0x7F800000u) {
+    sink.nonfinite(0, 1);
+    return;
+  }
+  if (a == 0) return;
+  const u32 field = a >> 23;
+  const u64 m = field != 0 ? ((a & 0x7FFFFFu) | 0x800000u) : a;  // value = m 2^e
+  const int e = (field != 0 ? static_cast<int>(field) : 1) - 150;
+  deposit<kSumLimbs>(sink.sum, m, (bits >> 31) != 0, e - kSumBase);
+  deposit<kSquareLimbs>(sink.squares, m * m, false, 2 * e - kSquareBase);
+}
+GNSILU_HD void add_element(Record& r, u32 bits) { add_element_to(sink_of(r), bits); }
+
+// ---- a chunk's exact sums, as the statistics kernels write them ------------------------------------------------
+// The kernels cut a group into chunks of up to 1024 elements (gnsilu_math.cuh: chunk geometry) only to share out the
+// work: a chunk's sums are exact, so the cut changes no bit. A chunk's record holds, as 64-bit integers:
+//   s1  = sum x           in units of 2^e1,
+//   s2h = sum x^2         over the elements with |x| >= 2^(H - 127), in units of 2^(2 e2h),
+//   s2l = sum x^2         over the elements below that, in units of 2^(2 e1),
+// where A is the FP32 exponent field of the chunk's largest |x|, H = max(A - W, 1), L = max(A - 2 W, 1),
+// e2h = H - 126 - P and e1 = L - 126 - P (P: the significand bits of the input format, W: the span of one level,
+// kLevelSpan below). Every element whose exponent field is at least L (and every subnormal when L = 1) is a multiple
+// of 2^e1, and of 2^e2h when at least H, so the sums are integers in those units; W keeps a lane's 32 squares of one
+// level below 2^53 units (exact in FP64) and the chunk's below 2^62. A nonzero element below 2^(L - 127) would not
+// fit: the chunk is then marked escaped and its elements are summed one by one (add_element) by the kernel that
+// merges the records. Zero-length padding elements are +0 and add nothing.
+constexpr unsigned kEscaped = 1;    // some element is too small for the levels: sum the chunk element by element
+constexpr unsigned kNonfinite = 2;  // some element is NaN or Inf
+
+struct alignas(16) ChunkRecord {
+  i64 s1;
+  i64 s2h;
+  i64 s2l;
+  short e1;
+  short e2h;
+  unsigned short n;      // elements of the chunk
+  unsigned short flags;  // kEscaped, kNonfinite
+};
+static_assert(sizeof(ChunkRecord) == 32, "ChunkRecord layout");
+
+// Significand bits P and level span W by input format (dtype code: 1 bf16, 2 fp16, 3 fp32): 5 + 2 W + 2 P <= 53.
+// FP32 inputs (P = 24) leave no room for a level: their chunks are always summed element by element.
+template <int XT>
+struct Levels {
+  static constexpr int kSignificand = XT == 1 ? 8 : XT == 2 ? 11 : 24;
+  static constexpr int kSpan = XT == 1 ? 16 : XT == 2 ? 13 : 0;
+  static constexpr bool kFast = kSpan > 0;
+};
+
+// Adds a chunk's record into a group's; returns false (adding nothing) for an escaped chunk, whose elements the
+// caller adds. A chunk with a NaN or Inf counts its elements and one nonfinite.
+template <typename S>
+GNSILU_HD bool deposit_chunk_to(const S& sink, const ChunkRecord& c) {
+  if ((c.flags & kNonfinite) != 0) {
+    sink.count(0, c.n);
+    sink.nonfinite(0, 1);
+    return true;
+  }
+  if ((c.flags & kEscaped) != 0) return false;
+  sink.count(0, c.n);
+  const i64 s1 = c.s1;
+  deposit<kSumLimbs>(sink.sum, s1 < 0 ? 0ull - static_cast<u64>(s1) : static_cast<u64>(s1), s1 < 0, c.e1 - kSumBase);
+  deposit<kSquareLimbs>(sink.squares, static_cast<u64>(c.s2h), false, 2 * c.e2h - kSquareBase);
+  deposit<kSquareLimbs>(sink.squares, static_cast<u64>(c.s2l), false, 2 * c.e1 - kSquareBase);
+  return true;
+}
+GNSILU_HD bool deposit_chunk(Record& r, const ChunkRecord& c) { return deposit_chunk_to(sink_of(r), c); }
+
+// ---- a thread's running sums, in registers --------------------------------------------------------------------
+// A kernel that merges many chunk records (or elements) keeps them in registers first: 128-bit two's complement
+// sums of S1 in units of 2^e and of S2 in units of 2^(2 e), e the smallest unit seen. A record in a coarser unit is
+// shifted left into it (exact); a finer one shifts the sums instead. When the units seen since the last flush span
+// more than `window` binades, or after `budget` additions, the sums go to the sink (flush), so that nothing
+// overflows 128 bits. Exact throughout, so the order of the additions changes nothing.
+struct Wide {
+  u64 lo, hi;  // two's complement
+};
+GNSILU_HD Wide wide_of(i64 v) { return {static_cast<u64>(v), v < 0 ? ~0ull : 0ull}; }
+GNSILU_HD Wide wide_shl(Wide a, int k) {  // 0 <= k < 64
+  if (k == 0) return a;
+  return {a.lo << k, (a.hi << k) | (a.lo >> (64 - k))};
+}
+GNSILU_HD Wide wide_add(Wide a, Wide b) {
+  const u64 lo = a.lo + b.lo;
+  return {lo, a.hi + b.hi + (lo < a.lo ? 1u : 0u)};
+}
+
+// |v| 2^p, v < 2^127 in magnitude, into the limbs (five 32-bit digits at most).
+template <int L, typename Add>
+GNSILU_HD void deposit_wide(const Add& add, Wide v, int p) {
+  const bool negative = static_cast<i64>(v.hi) < 0;
+  if (negative) {
+    v.lo = ~v.lo + 1;
+    v.hi = ~v.hi + (v.lo == 0 ? 1u : 0u);
+  }
+  deposit<L>(add, v.lo, negative, p);
+  deposit<L>(add, v.hi, negative, p + 64);
+}
+
+struct Accumulator {
+  Wide s1;         // S1 in units of 2^e
+  Wide s2;         // S2 in units of 2^(2 e)
+  int e;           // the unit
+  int e_max;       // the coarsest unit added since the last flush
+  int added;       // additions since the last flush
+  i64 count;       // elements (summed apart: no flush needed)
+  i64 nonfinite;
+};
+GNSILU_HD void acc_clear(Accumulator& a) {
+  a.s1 = a.s2 = Wide{0, 0};
+  a.e = a.e_max = 0;
+  a.added = 0;
+  a.count = a.nonfinite = 0;
+}
+template <typename S>
+GNSILU_HD void acc_flush_sums(Accumulator& a, const S& sink) {
+  if (a.added == 0) return;
+  deposit_wide<kSumLimbs>(sink.sum, a.s1, a.e - kSumBase);
+  deposit_wide<kSquareLimbs>(sink.squares, a.s2, 2 * a.e - kSquareBase);
+  a.s1 = a.s2 = Wide{0, 0};
+  a.added = 0;
+}
+template <typename S>
+GNSILU_HD void acc_flush(Accumulator& a, const S& sink) {
+  acc_flush_sums(a, sink);
+  if (a.count != 0) sink.count(0, a.count);
+  if (a.nonfinite != 0) sink.nonfinite(0, a.nonfinite);
+  a.count = a.nonfinite = 0;
+}
+// s1 2^e and s2 2^(2 e) added: |s1| < 2^63, s2 < 2^126 / 2^(2 window) / budget.
+template <typename S>
+GNSILU_HD void acc_add(Accumulator& a, int e, i64 s1, Wide s2, int window, int budget, const S& sink) {
+  if (a.added != 0) {
+    const int low = e < a.e ? e : a.e;
+    const int high = e > a.e_max ? e : a.e_max;
+    if (high - low > window || a.added >= budget) acc_flush_sums(a, sink);
+  }
+  if (a.added == 0) {
+    a.e = a.e_max = e;
+  } else if (e < a.e) {
+    a.s1 = wide_shl(a.s1, a.e - e);
+    a.s2 = wide_shl(a.s2, 2 * (a.e - e));
+    a.e = e;
+  } else if (e > a.e_max) {
+    a.e_max = e;
+  }
+  a.s1 = wide_add(a.s1, wide_shl(wide_of(s1), e - a.e));
+  a.s2 = wide_add(a.s2, wide_shl(s2, 2 * (e - a.e)));
+  ++a.added;
+}
+
+// A chunk record into a thread's sums; false (nothing added) for an escaped chunk.
+template <typename S>
+GNSILU_HD bool acc_add_chunk(Accumulator& a, const ChunkRecord& c, const S& sink) {
+  if ((c.flags & kNonfinite) != 0) {
+    a.count += c.n;
+    a.nonfinite += 1;
+    return true;
+  }
+  if ((c.flags & kEscaped) != 0) return false;
+  a.count += c.n;
+  // S2 in units of 2^(2 e1): s2h 2^(2 (e2h - e1)) + s2l, below 2^(58 + 2 W) <= 2^90.
+  const Wide s2 = wide_add(wide_shl(Wide{static_cast<u64>(c.s2h), 0}, 2 * (c.e2h - c.e1)),
+                           Wide{static_cast<u64>(c.s2l), 0});
+  // Units within 8 binades: records below 2^50 (S1) and 2^90 (S2) grow by 2^8 and 2^16; 64 of them stay far below
+  // 2^127.
+  acc_add(a, c.e1, c.s1, s2, 8, 64, sink);
+  return true;
+}
+
+// An element (the bits of its FP32 value) into a thread's sums.
+template <typename S>
+GNSILU_HD void acc_add_element(Accumulator& a, u32 bits, const S& sink) {
+  const u32 m_bits = bits & 0x7FFFFFFFu;
+  a.count += 1;
+  if (m_bits >= 0x7F800000u) {
+    a.nonfinite += 1;
+    return;
+  }
+  if (m_bits == 0) return;
+  const u32 field = m_bits >> 23;
+  const u64 m = field != 0 ? ((m_bits & 0x7FFFFFu) | 0x800000u) : m_bits;  // value = m 2^e
+  const int e = (field != 0 ? static_cast<int>(field) : 1) - 150;
+  // Elements: S1 terms below 2^24, S2 below 2^48; a window of 24 binades grows them to 2^48 and 2^96, and 2^16 of
+  // them stay below 2^113.
+  acc_add(a, e, (bits >> 31) != 0 ? -static_cast<i64>(m) : static_cast<i64>(m), Wide{m * m, 0}, 24, 1 << 16, sink);
+}
+
+// ---- a small unsigned big integer (32-bit limbs, little end first), for the one division per group ------------
+// Loops run over the limbs in use only (n): for typical groups a few limbs, so the division costs a few hundred
+// instructions. Division by the group size in 16-bit steps, each quotient digit from an FP64 estimate corrected
+// exactly: the same integers on the host and the GPU.
+constexpr int kBigLimbs = 30;  // 960 bits: N S2 - S1^2 (< 2^672) shifted left by up to 57 + 96 bits
+
+struct Big {
+  u32 d[kBigLimbs];
+  int n;  // limbs in use: d[n ...] are zero, and d[n - 1] != 0 unless n == 0
+};
+
+GNSILU_HD int leading_zeros32(u32 v) {
+#if defined(__CUDA_ARCH__)
+  return __clz(static_cast<int>(v));
+#else
+  return v == 0 ? 32 : __builtin_clz(v);
+#endif
+}
+GNSILU_HD void big_zero(Big& b) {
+  for (int i = 0; i < kBigLimbs; ++i) b.d[i] = 0;
+  b.n = 0;
+}
+GNSILU_HD void big_trim(Big& b) {
+  while (b.n > 0 && b.d[b.n - 1] == 0) --b.n;
+}
+// Number of significant bits (0 for zero).
+GNSILU_HD int big_bits(const Big& b) { return b.n == 0 ? 0 : 32 * b.n - leading_zeros32(b.d[b.n - 1]); }
+GNSILU_HD int bits_of_u64(u64 v) {
+  const u32 hi = static_cast<u32>(v >> 32);
+  return hi != 0 ? 64 - leading_zeros32(hi) : 32 - leading_zeros32(static_cast<u32>(v));
+}
+// b <<= k (the result must fit).
+GNSILU_HD void big_shift_left(Big& b, int k) {
+  if (b.n == 0 || k == 0) return;
+  const int words = k >> 5;
+  const int r = k & 31;
+  int top = b.n + words + 1;
+  if (top > kBigLimbs) top = kBigLimbs;
+  for (int i = top - 1; i >= 0; --i) {
+    const int from = i - words;
+    u32 v = 0;
+    if (from >= 0 && from < b.n) v = b.d[from] << r;
+    if (r != 0 && from - 1 >= 0 && from - 1 < b.n) v |= b.d[from - 1] >> (32 - r);
+    b.d[i] = v;
+  }
+  b.n = top;
+  big_trim(b);
+}
+// b = b * m, m < 2^32.
+GNSILU_HD void big_mul_small(Big& b, u32 m) {
+  u64 carry = 0;
+  for (int i = 0; i < b.n; ++i) {
+    const u64 t = static_cast<u64>(b.d[i]) * m + carry;
+    b.d[i] = static_cast<u32>(t);
+    carry = t >> 32;
+  }
+  if (carry != 0 && b.n < kBigLimbs) b.d[b.n++] = static_cast<u32>(carry);
+  if (m == 0) b.n = 0;
+}
+// a += b.
+GNSILU_HD void big_add(Big& a, const Big& b) {
+  const int n = a.n > b.n ? a.n : b.n;
+  u64 carry = 0;
+  for (int i = 0; i < n; ++i) {
+    const u64 t = static_cast<u64>(a.d[i]) + b.d[i] + carry;
+    a.d[i] = static_cast<u32>(t);
+    carry = t >> 32;
+  }
+  a.n = n;
+  if (carry != 0 && n < kBigLimbs) a.d[a.n++] = static_cast<u32>(carry);
+}
+// out = a * b (the product must fit).
+GNSILU_HD void big_mul(const Big& a, const Big& b, Big& out) {
+  big_zero(out);
+  for (int i = 0; i < a.n; ++i) {
+    u64 carry = 0;
+    int j = 0;
+    for (; j < b.n && i + j < kBigLimbs; ++j) {
+      const u64 t = static_cast<u64>(a.d[i]) * b.d[j] + out.d[i + j] + carry;
+      out.d[i + j] = static_cast<u32>(t);
+      carry = t >> 32;
+    }
+    if (i + j < kBigLimbs) out.d[i + j] = static_cast<u32>(carry);
+  }
+  out.n = a.n + b.n < kBigLimbs ? a.n + b.n : kBigLimbs;
+  big_trim(out);
+}
+// a -= b (a >= b).
+GNSILU_HD void big_sub(Big& a, const Big& b) {
+  u32 borrow = 0;
+  for (int i = 0; i < a.n; ++i) {
+    const u64 sub = static_cast<u64>(i < b.n ? b.d[i] : 0u) + borrow;
+    borrow = static_cast<u64>(a.d[i]) < sub ? 1u : 0u;
+    a.d[i] = static_cast<u32>(static_cast<u64>(a.d[i]) - sub);
+  }
+  big_trim(a);
+}
+// floor(v / n) and v mod n for v < 2^48 and 0 < n < 2^32: an FP64 estimate (v is exact in FP64), corrected.
+GNSILU_HD u64 divide_small(u64 v, u64 n, double inverse, u64& rem) {
+  u64 q = static_cast<u64>(static_cast<double>(v) * inverse);
+  i64 r = static_cast<i64>(v) - static_cast<i64>(q * n);
+  while (r < 0) {
+    --q;
+    r += static_cast<i64>(n);
+  }
+  while (r >= static_cast<i64>(n)) {
+    ++q;
+    r -= static_cast<i64>(n);
+  }
+  rem = static_cast<u64>(r);
+  return q;
+}
+// b = floor(b / n) for 0 < n < 2^48; returns whether the remainder was nonzero. In 16-bit steps, so that the
+// running remainder (< n) times 2^16 stays below 2^64 (below 2^48 when n < 2^32: the FP64 estimate).
+GNSILU_HD bool big_div_small(Big& b, u64 n) {
+  u64 rem = 0;
+  if (n < (u64(1) << 32)) {
+    const double inverse = 1.0 / static_cast<double>(n);
+    for (int i = b.n - 1; i >= 0; --i) {
+      const u64 qh = divide_small((rem << 16) | (b.d[i] >> 16), n, inverse, rem);
+      const u64 ql = divide_small((rem << 16) | (b.d[i] & 0xFFFFu), n, inverse, rem);
+      b.d[i] = static_cast<u32>((qh << 16) | ql);
+    }
+  } else {
+    for (int i = b.n - 1; i >= 0; --i) {
+      const u64 hi = (rem << 16) | (b.d[i] >> 16);
+      const u64 qh = hi / n;
+      rem = hi - qh * n;
+      const u64 lo = (rem << 16) | (b.d[i] & 0xFFFFu);
+      const u64 ql = lo / n;
+      rem = lo - ql * n;
+      b.d[i] = static_cast<u32>((qh << 16) | ql);
+    }
+  }
+  big_trim(b);
+  return rem != 0;
+}
+// The nearest double (ties to even) of q 2^scale (+ a nonzero fraction below q's last bit when sticky), for q with
+// at least 55 significant bits; the result must be a normal double.
+GNSILU_HD double big_to_double(const Big& q, bool sticky, int scale) {
+  const int bits = big_bits(q);
+  // The top 64 bits as an integer (bit 63 the leading one); the bits below them into sticky.
+  const int shift = bits - 64;  // >= 55 - 64: may be negative for q of 55 to 63 bits
+  u64 top = 0;
+  if (shift >= 0) {
+    const int w = shift >> 5;
+    const int r = shift & 31;
+    const u64 lo = q.d[w];
+    const u64 mid = w + 1 < q.n ? q.d[w + 1] : 0u;
+    const u64 hi = w + 2 < q.n ? q.d[w + 2] : 0u;
+    top = r == 0 ? (mid << 32) | lo : (lo >> r) | (mid << (32 - r)) | (hi << (64 - r));
+    sticky = sticky || (r != 0 && (lo & ((u64(1) << r) - 1)) != 0);
+    for (int i = 0; i < w && !sticky; ++i) sticky = q.d[i] != 0;
+  } else {
+    const u64 value = (q.n > 1 ? static_cast<u64>(q.d[1]) << 32 : 0u) | (q.n > 0 ? q.d[0] : 0u);
+    top = value << (-shift);
+  }
+  u64 sig = top >> 11;  // 53 bits
+  const u64 rest = top & 0x7FFu;
+  int e = bits - 1 + scale;  // exponent of the leading bit
+  if (rest > 0x400u || (rest == 0x400u && (sticky || (sig & 1u) != 0))) {
+    ++sig;
+    if (sig == (u64(1) << 53)) {
+      sig >>= 1;
+      ++e;
+    }
+  }
+  return math::double_of((static_cast<u64>(e + 1023) << 52) | (sig & ((u64(1) << 52) - 1)));
+}
+
+// A normalized limb array as sign and magnitude.
+template <int L>
+GNSILU_HD bool big_from_limbs(const i64 (&limb)[L], Big& out) {
+  // Two's complement over the limbs: value = sum limb[j] 2^(32 j), limbs below the top in [0, 2^32).
+  const bool negative = limb[L - 1] < 0;
+  big_zero(out);
+  u64 carry = negative ? 1 : 0;  // magnitude = ~value + 1 when negative
+  for (int j = 0; j < L + 2 && j < kBigLimbs; ++j) {
+    u32 word;
+    if (j < L - 1) {
+      word = static_cast<u32>(limb[j]);
+    } else if (j == L - 1) {
+      word = static_cast<u32>(static_cast<u64>(limb[L - 1]));
+    } else {
+      // The top limb's high 32 bits, then its sign extension.
+      word = j == L ? static_cast<u32>(static_cast<u64>(limb[L - 1]) >> 32) : (negative ? 0xFFFFFFFFu : 0u);
+    }
+    if (negative) {
+      const u64 t = static_cast<u64>(~word) + carry;
+      word = static_cast<u32>(t);
+      carry = t >> 32;
+    }
+    out.d[j] = word;
+  }
+  out.n = L + 2 < kBigLimbs ? L + 2 : kBigLimbs;
+  big_trim(out);
+  return negative;
+}
+
+// ---- the statistics of a record ----------------------------------------------------------------------------
+struct Moments {
+  double mean;      // S1 / N, rounded once
+  double variance;  // (N S2 - S1^2) / N^2, rounded once
+  bool finite;      // false: the group holds NaN or Inf (or no element)
+};
+
+// The big integers moments() works in, where the caller wants them (a kernel: shared memory, so that no thread keeps
+// an array in local memory).
+struct Scratch {
+  Big s1, s2, x, square;
+};
+
+// From a record, which it normalizes in place.
+GNSILU_HD Moments moments(Record& r, Scratch& w) {
+  Moments out;
+  out.mean = 0.0;
+  out.variance = 0.0;
+  out.finite = r.nonfinite == 0 && r.count > 0 && r.count < kMaxCount;
+  if (!out.finite) return out;
+  normalize(r);
+  const u64 n = static_cast<u64>(r.count);
+  const int n_bits = bits_of_u64(n);
+  const bool negative = big_from_limbs(r.sum, w.s1);
+  // The mean: floor(|S1| 2^k / n) with at least 55 significant bits.
+  if (w.s1.n != 0) {
+    w.x = w.s1;
+    int k = 56 + n_bits - big_bits(w.s1);
+    if (k < 0) k = 0;
+    big_shift_left(w.x, k);
+    const bool sticky = big_div_small(w.x, n);
+    const double m = big_to_double(w.x, sticky, kSumBase - k);
+    out.mean = negative ? -m : m;
+  }
+  // The variance: X = n S2 - S1^2 (in units of 2^-320), floor(X 2^k / n^2) with at least 55 significant bits.
+  big_mul(w.s1, w.s1, w.square);
+  big_from_limbs(r.squares, w.s2);
+  w.x = w.s2;
+  big_mul_small(w.x, static_cast<u32>(n & 0xFFFFFFFFu));
+  if ((n >> 32) != 0) {
+    w.s1 = w.s2;  // S1 is no longer needed: the high half of n times S2
+    big_mul_small(w.s1, static_cast<u32>(n >> 32));
+    big_shift_left(w.s1, 32);
+    big_add(w.x, w.s1);
+  }
+  big_sub(w.x, w.square);
+  if (w.x.n != 0) {
+    int k = 57 + 2 * n_bits - big_bits(w.x);
+    if (k < 0) k = 0;
+    big_shift_left(w.x, k);
+    const bool sticky_a = big_div_small(w.x, n);
+    const bool sticky_b = big_div_small(w.x, n);
+    out.variance = big_to_double(w.x, sticky_a || sticky_b, kSquareBase - k);
+  }
+  return out;
+}
+
+// Whether the apply step must scale x by 2^-1 (|x| may reach 2^126: then S2 >= 2^252). For a normalized record.
+GNSILU_HD int apply_exponent(const Record& r) {
+  // Limb j weighs 2^(32 j - 320): limb 18 is 2^256 and up, and limb 17 holds 2^224 ... 2^255 (its top 4 bits are
+  // 2^252 ... 2^255).
+  if (r.squares[kSquareLimbs - 1] != 0) return 1;
+  return (static_cast<u64>(r.squares[17]) >> 28) != 0 ? 1 : 0;
+}
+
+// The statistics the apply step uses (gnsilu_math.cuh: GroupStats), from a record, which it normalizes in place.
+GNSILU_HD math::GroupStats group_stats(Record& record, double eps, Scratch& scratch) {
+  const Moments m = moments(record, scratch);
+  math::GroupStats s;
+  if (!m.finite) {
+    const double nan = math::double_of(0x7FF8000000000000ull);
+    s.mean = nan;
+    s.rstd = nan;
+    s.mean32 = math::float_of(0x7FC00000u);
+    s.apply_e = 0;
+    return s;
+  }
+  s.mean = m.mean;
+  s.rstd = math::div64(1.0, math::sqrt64(m.variance + eps));
+  s.mean32 = math::narrow(m.mean);  // |S1 / N| <= max |x| <= the largest float, and so is its rounding
+  s.apply_e = apply_exponent(record);
+  return s;
+}
+
+}  // namespace exact
+}  // namespace gnsilu

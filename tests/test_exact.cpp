@@ -1,0 +1,385 @@
+// Exact group statistics (kernels/gnsilu_exact.cuh): records of exact sums that merge to the same bits however a
+// group is cut, and the mean and variance rounded once from them, checked against an independent oracle (128-bit
+// integers) where the sums fit in one.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/gnsilu_exact.cuh"
+
+namespace {
+
+using gnsilu::exact::Record;
+__extension__ typedef unsigned __int128 u128;  // __extension__: -Wpedantic knows no __int128
+__extension__ typedef __int128 i128;
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+float bf16(float f) {  // the nearest bf16 value (ties to even), as a float
+  uint32_t u = bits(f);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return from_bits(u & 0xFFFF0000u);
+}
+
+Record record_of(const std::vector<float>& v, std::size_t first = 0, std::size_t last = SIZE_MAX) {
+  Record r;
+  gnsilu::exact::clear(r);
+  for (std::size_t i = first; i < std::min(last, v.size()); ++i) gnsilu::exact::add_element(r, bits(v[i]));
+  return r;
+}
+
+gnsilu::exact::Moments moments_of(Record r) {
+  gnsilu::exact::Scratch scratch;
+  return gnsilu::exact::moments(r, scratch);
+}
+
+bool same(Record a, Record b) {
+  gnsilu::exact::normalize(a);
+  gnsilu::exact::normalize(b);
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+// The nearest double (ties to even) of num / den * 2^scale, num and den positive and below 2^100, by 128-bit long
+// division: independent of gnsilu_exact.cuh's big integers.
+double oracle_quotient(u128 num, u128 den, int scale) {
+  // Shift so that the quotient has 60 to 61 significant bits.
+  int k = 0;
+  while ((num / den) < (u128(1) << 60)) {
+    if (num < (u128(1) << 126)) {
+      num <<= 1;
+      ++k;
+    } else {
+      den >>= 1;  // never reached for the ranges used here
+      FAIL("oracle out of range");
+    }
+  }
+  while ((num / den) >= (u128(1) << 61)) {
+    den <<= 1;
+    --k;
+  }
+  const u128 q = num / den;
+  const bool rest = q * den != num;
+  // q has 61 bits: keep 53, round on the 8 below.
+  const uint64_t low = static_cast<uint64_t>(q & 0xFF);
+  uint64_t sig = static_cast<uint64_t>(q >> 8);
+  const bool round_up = low > 0x80 || (low == 0x80 && (rest || (sig & 1))) ;
+  if (round_up) ++sig;
+  return std::ldexp(static_cast<double>(sig), 8 + scale - k);
+}
+
+// Exact sums of values that are multiples of 2^-30 below 2^16 in magnitude, as 128-bit integers (fewer than 4096
+// of them: n s2 < 2^12 2^12 2^92).
+struct Sums {
+  i128 s1 = 0;  // units 2^-30
+  i128 s2 = 0;  // units 2^-60
+  int64_t n = 0;
+};
+Sums oracle_sums(const std::vector<float>& v) {
+  Sums s;
+  for (float f : v) {
+    const i128 q = static_cast<i128>(std::ldexp(static_cast<double>(f), 30));
+    REQUIRE(static_cast<double>(q) == std::ldexp(static_cast<double>(f), 30));
+    REQUIRE(std::fabs(f) < 65536.0f);
+    s.s1 += q;
+    s.s2 += q * q;
+    s.n += 1;
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a record is the same whatever the split and the order of merging") {
+  std::mt19937_64 random(7);
+  std::vector<float> v(20000);
+  // Values across the FP32 range: subnormals, tiny, ordinary, huge, both signs, exact zeros, and bf16 ones.
+  std::uniform_int_distribution<int> exponent(-160, 127);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    switch (i % 5) {
+      case 0: v[i] = normal(random); break;
+      case 1: v[i] = bf16(1000.0f + normal(random)); break;
+      case 2: v[i] = from_bits(static_cast<uint32_t>(random()) & 0xFF7FFFFFu); break;  // any finite bits
+      case 3: v[i] = std::ldexp(normal(random), std::max(-149, exponent(random) / 2)); break;
+      default: v[i] = (random() & 1) ? 0.0f : -0.0f; break;
+    }
+    if (!std::isfinite(v[i])) v[i] = 1.0f;
+  }
+  const Record whole = record_of(v);
+  const auto whole_moments = moments_of(whole);
+  REQUIRE(whole_moments.finite);
+  for (int trial = 0; trial < 20; ++trial) {
+    // A random partition into contiguous parts, merged in a random order, some normalized first.
+    std::vector<std::size_t> cuts = {0, v.size()};
+    const int parts = 1 + static_cast<int>(random() % 40);
+    for (int p = 0; p < parts; ++p) cuts.push_back(random() % v.size());
+    std::sort(cuts.begin(), cuts.end());
+    std::vector<Record> records;
+    for (std::size_t c = 0; c + 1 < cuts.size(); ++c) {
+      records.push_back(record_of(v, cuts[c], cuts[c + 1]));
+      if (random() % 2) gnsilu::exact::normalize(records.back());
+    }
+    std::shuffle(records.begin(), records.end(), random);
+    Record merged;
+    gnsilu::exact::clear(merged);
+    for (const auto& r : records) gnsilu::exact::merge(merged, r);
+    CHECK(same(merged, whole));
+    const auto m = moments_of(merged);
+    CHECK(m.mean == whole_moments.mean);
+    CHECK(m.variance == whole_moments.variance);
+  }
+  // A permutation of the elements: the same record.
+  std::vector<float> shuffled = v;
+  std::shuffle(shuffled.begin(), shuffled.end(), random);
+  CHECK(same(record_of(shuffled), whole));
+}
+
+TEST_CASE("the mean and the variance are the exact ones rounded once (against 128-bit integers)") {
+  std::mt19937_64 random(11);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    // Values on the grid 2^-30, below 2^16: offset means against small spreads, tiny spreads, mixed scales.
+    const double offset = trial % 3 == 0 ? 0.0 : std::ldexp(std::clamp(normal(random), -3.9, 3.9), static_cast<int>(random() % 13));
+    const int spread = -static_cast<int>(random() % 24);
+    const std::size_t n = 1 + random() % 4000;
+    std::vector<float> v(n);
+    for (auto& f : v) {
+      f = trial % 2 ? bf16(static_cast<float>(offset + std::ldexp(normal(random), spread)))
+                    : static_cast<float>(offset + std::ldexp(normal(random), spread));
+      f = static_cast<float>(std::ldexp(std::nearbyint(std::ldexp(static_cast<double>(f), 30)), -30));
+    }
+    const Sums s = oracle_sums(v);
+    const auto m = moments_of(record_of(v));
+    REQUIRE(m.finite);
+    // mean = s1 2^-40 / n
+    const double mean = s.s1 == 0 ? 0.0
+                                  : (s.s1 < 0 ? -1.0 : 1.0) *
+                                        oracle_quotient(static_cast<u128>(s.s1 < 0 ? -s.s1 : s.s1),
+                                                        static_cast<u128>(s.n), -30);
+    CHECK_MESSAGE(m.mean == mean, "trial " << trial);
+    // variance = (n s2 - s1^2) 2^-80 / n^2
+    const i128 x = static_cast<i128>(s.n) * s.s2 - s.s1 * s.s1;
+    REQUIRE(x >= 0);
+    const double variance =
+        x == 0 ? 0.0 : oracle_quotient(static_cast<u128>(x), static_cast<u128>(s.n) * static_cast<u128>(s.n), -60);
+    CHECK_MESSAGE(m.variance == variance, "trial " << trial << ": " << m.variance << " against " << variance);
+  }
+}
+
+TEST_CASE("adversarial groups: constants, a large mean against a tiny spread, the ends of the range") {
+  // A constant group: its value as the mean, variance 0, at every magnitude.
+  for (float c : {1.0f, -3.5f, 1000.0f, 65504.0f, 3.40282347e38f, -3.40282347e38f, 1.0e-45f, 1.17549435e-38f}) {
+    const auto m = moments_of(record_of(std::vector<float>(777, c)));
+    REQUIRE(m.finite);
+    CHECK(m.mean == static_cast<double>(c));
+    CHECK(m.variance == 0.0);
+  }
+  // Two values a and b, equally often: mean (a + b) / 2 and variance ((a - b) / 2)^2, exactly representable here.
+  const float pairs[][2] = {{1024.0f, 1024.0f + 0.125f}, {1.0e30f, -1.0e30f}, {3.40282347e38f, 3.0e38f},
+                            {1.0e-45f, 3.0e-45f}, {65504.0f, -65504.0f}};
+  for (const auto& p : pairs) {
+    std::vector<float> v;
+    for (int i = 0; i < 1000; ++i) v.push_back(p[i % 2]);
+    const auto m = moments_of(record_of(v));
+    const double a = p[0], b = p[1];
+    CHECK(m.mean == (a + b) / 2);                    // exact in FP64 for these pairs
+    CHECK(m.variance == ((a - b) / 2) * ((a - b) / 2));
+  }
+  // bf16 inputs around 1000 with spread 2^-2: the variance is that of the exact values, not of their rounding.
+  std::vector<float> v;
+  for (int i = 0; i < 4096; ++i) v.push_back(bf16(1000.0f + (i % 2 ? 4.0f : -4.0f)));
+  const auto m = moments_of(record_of(v));
+  CHECK(m.mean == 1000.0);
+  CHECK(m.variance == 16.0);
+}
+
+TEST_CASE("NaN and Inf make a group's statistics NaN; they are counted, and merge like the rest") {
+  std::vector<float> v(100, 1.0f);
+  v[50] = std::numeric_limits<float>::quiet_NaN();
+  Record r = record_of(v);
+  CHECK(r.count == 100);
+  CHECK(r.nonfinite == 1);
+  CHECK_FALSE(moments_of(r).finite);
+  gnsilu::exact::Scratch scratch;
+  const auto stats = gnsilu::exact::group_stats(r, 1e-6, scratch);
+  CHECK(std::isnan(stats.mean));
+  CHECK(std::isnan(stats.rstd));
+  v[50] = -std::numeric_limits<float>::infinity();
+  CHECK(record_of(v).nonfinite == 1);
+  Record a = record_of(v, 0, 50), b = record_of(v, 50);
+  CHECK(a.nonfinite == 0);
+  gnsilu::exact::merge(a, b);
+  CHECK(same(a, record_of(v)));
+}
+
+TEST_CASE("limbs: negative sums, carries, and the bound that keeps 2^31 additions safe") {
+  // Alternating large positive and negative deposits leave negative intermediate limbs; normalization restores
+  // every limb below the top to [0, 2^32) without changing the value.
+  std::vector<float> v = {1.0f, -3.0f, 1.0e-40f, -2.0e-40f, 5.0e20f, -5.0e20f, -1.0f};
+  Record r = record_of(v);
+  gnsilu::exact::normalize(r);
+  for (int j = 0; j + 1 < gnsilu::exact::kSumLimbs; ++j) {
+    CHECK(r.sum[j] >= 0);
+    CHECK(r.sum[j] < (int64_t(1) << 32));
+  }
+  CHECK(r.sum[gnsilu::exact::kSumLimbs - 1] < 0);  // the sum is negative: the sign sits in the top limb
+  const auto m = moments_of(r);
+  const double exact_sum = 1.0 - 3.0 + static_cast<double>(1.0e-40f) - static_cast<double>(2.0e-40f) - 1.0;
+  CHECK(m.mean == doctest::Approx(exact_sum / 7).epsilon(1e-15));
+  // One element changes a limb by less than 2^32.
+  Record one;
+  gnsilu::exact::clear(one);
+  gnsilu::exact::add_element(one, bits(-3.40282347e38f));
+  for (int j = 0; j < gnsilu::exact::kSumLimbs; ++j) CHECK(std::abs(one.sum[j]) < (int64_t(1) << 32));
+  for (int j = 0; j < gnsilu::exact::kSquareLimbs; ++j) CHECK(std::abs(one.squares[j]) < (int64_t(1) << 32));
+}
+
+TEST_CASE("rounding: a quotient on a tie goes to even, and any remainder, of either division, breaks the tie") {
+  // Q = 2^60 + 2^7: its top 53 bits are 2^52, followed by a 1 and zeros, a tie. Records built by hand with
+  // N = 3, so that the exact quotient is Q plus a third.
+  const int64_t q_high = int64_t(1) << 28;  // 2^60 = limb 1 (2^32) times 2^28
+  Record r;
+  gnsilu::exact::clear(r);
+  r.count = 3;
+  // Mean: S1 = (3 Q + 1) 2^-160 and N = 3: S1 / N = (Q + 1/3) 2^-160, above the tie: rounds up.
+  r.sum[0] = 3 * 128 + 1;
+  r.sum[1] = 3 * q_high;
+  auto m = moments_of(r);
+  CHECK(m.mean == std::ldexp(static_cast<double>((int64_t(1) << 52) + 1), 8 - 160));
+  // Exactly on the tie (S1 = 3 Q): to even.
+  r.sum[0] = 3 * 128;
+  m = moments_of(r);
+  CHECK(m.mean == std::ldexp(1.0, 60 - 160));
+  // Variance with S1 = 0: X = 3 S2 and X / 9 = S2 / 3. S2 = 3 Q + 1: the first division by 3 is exact, the second
+  // leaves 1/3: above the tie, rounds up. S2 = 3 Q: on the tie, to even.
+  r.sum[0] = r.sum[1] = 0;
+  r.squares[0] = 3 * 128 + 1;
+  r.squares[1] = 3 * q_high;
+  m = moments_of(r);
+  CHECK(m.mean == 0.0);
+  CHECK(m.variance == std::ldexp(static_cast<double>((int64_t(1) << 52) + 1), 8 - 320));
+  r.squares[0] = 3 * 128;
+  m = moments_of(r);
+  CHECK(m.variance == std::ldexp(1.0, 60 - 320));
+  // And below the tie (S2 = 3 Q - 1): down.
+  r.squares[0] = 3 * 128 - 1;
+  m = moments_of(r);
+  CHECK(m.variance == std::ldexp(1.0, 60 - 320));
+}
+
+TEST_CASE("a thread's running sums (exact::Accumulator) give the record of element-by-element additions") {
+  std::mt19937_64 random(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(50000);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const int k = static_cast<int>(random() % 200) - 150;  // magnitudes over 200 binades, subnormals included
+    v[i] = std::ldexp(normal(random), i % 3 == 0 ? k : 0);
+    if (!std::isfinite(v[i])) v[i] = 0.0f;
+  }
+  v[77] = std::numeric_limits<float>::infinity();
+  const Record expected = record_of(v);
+  for (int window : {0, 3, 24}) {
+    for (int budget : {1, 7, 1 << 16}) {
+      Record r;
+      gnsilu::exact::clear(r);
+      const auto sink = gnsilu::exact::sink_of(r);
+      gnsilu::exact::Accumulator acc;
+      gnsilu::exact::acc_clear(acc);
+      for (float f : v) {
+        const uint32_t b = bits(f);
+        const uint32_t m = b & 0x7FFFFFFFu;
+        if (m >= 0x7F800000u || m == 0) {
+          gnsilu::exact::acc_add_element(acc, b, sink);
+          continue;
+        }
+        // The element's own decomposition, through acc_add with this window and budget.
+        const uint32_t field = m >> 23;
+        const uint64_t mant = field ? ((m & 0x7FFFFFu) | 0x800000u) : m;
+        const int e = (field ? static_cast<int>(field) : 1) - 150;
+        acc.count += 1;
+        gnsilu::exact::acc_add(acc, e, (b >> 31) ? -static_cast<int64_t>(mant) : static_cast<int64_t>(mant),
+                               gnsilu::exact::Wide{mant * mant, 0}, window, budget, sink);
+      }
+      gnsilu::exact::acc_flush(acc, sink);
+      CHECK_MESSAGE(same(r, expected), "window " << window << ", budget " << budget);
+    }
+  }
+}
+
+TEST_CASE("chunk records: the levels' sums in their units give the chunk's exact record") {
+  // A chunk record built as the kernels build it (bf16 values, the largest |x| setting the levels), deposited, against
+  // the elements added one by one.
+  using gnsilu::exact::ChunkRecord;
+  std::mt19937_64 random(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> v(1 + random() % 1024);
+    const int spread = static_cast<int>(random() % 40);
+    for (auto& f : v) f = bf16(std::ldexp(normal(random), static_cast<int>(random() % (spread + 1)) - spread / 2));
+    float top = 0.0f;
+    for (float f : v) top = std::max(top, std::fabs(f));
+    const int a = static_cast<int>(bits(top) >> 23);
+    using L = gnsilu::exact::Levels<1>;
+    const int high = std::max(a - L::kSpan, 1), low = std::max(a - 2 * L::kSpan, 1);
+    const float t_high = high > 1 ? std::ldexp(1.0f, high - 127) : 0.0f;
+    const float t_low = low > 1 ? std::ldexp(1.0f, low - 127) : 0.0f;
+    ChunkRecord c{};
+    c.n = static_cast<unsigned short>(v.size());
+    c.e1 = static_cast<short>(low - 126 - L::kSignificand);
+    c.e2h = static_cast<short>(high - 126 - L::kSignificand);
+    // As a warp does it: each lane's 32 elements summed in FP64 (exact within the levels), then integers.
+    bool escaped = false;
+    int64_t i1 = 0, i2h = 0, i2l = 0;
+    for (std::size_t lane = 0; lane * 32 < v.size(); ++lane) {
+      double s1 = 0, s2h = 0, s2l = 0;
+      for (std::size_t i = lane * 32; i < std::min(v.size(), lane * 32 + 32); ++i) {
+        const float f = v[i];
+        const double x = f;
+        s1 += x;
+        if (std::fabs(f) >= t_high) s2h = std::fma(x, x, s2h);
+        else if (std::fabs(f) >= t_low) s2l = std::fma(x, x, s2l);
+        else if (f != 0.0f) escaped = true;
+      }
+      if (escaped) break;  // the kernel would not convert: the chunk is summed element by element
+      REQUIRE(std::ldexp(s1, -(low - 126 - L::kSignificand)) == std::nearbyint(std::ldexp(s1, -(low - 126 - L::kSignificand))));
+      i1 += static_cast<int64_t>(std::ldexp(s1, -(low - 126 - L::kSignificand)));
+      i2h += static_cast<int64_t>(std::ldexp(s2h, -2 * (high - 126 - L::kSignificand)));
+      i2l += static_cast<int64_t>(std::ldexp(s2l, -2 * (low - 126 - L::kSignificand)));
+      REQUIRE(s2h < std::ldexp(1.0, 53 + 2 * (high - 126 - L::kSignificand)));  // below 2^53 units: exact
+    }
+    Record from_chunk;
+    gnsilu::exact::clear(from_chunk);
+    if (escaped) {
+      c.flags = gnsilu::exact::kEscaped;
+      CHECK_FALSE(gnsilu::exact::deposit_chunk(from_chunk, c));
+      continue;
+    }
+    c.s1 = i1;
+    c.s2h = i2h;
+    c.s2l = i2l;
+    CHECK(gnsilu::exact::deposit_chunk(from_chunk, c));
+    CHECK_MESSAGE(same(from_chunk, record_of(v)), "trial " << trial);
+    // And through a thread's running sums.
+    Record through;
+    gnsilu::exact::clear(through);
+    const auto sink = gnsilu::exact::sink_of(through);
+    gnsilu::exact::Accumulator acc;
+    gnsilu::exact::acc_clear(acc);
+    CHECK(gnsilu::exact::acc_add_chunk(acc, c, sink));
+    gnsilu::exact::acc_flush(acc, sink);
+    CHECK(same(through, from_chunk));
+  }
+}
