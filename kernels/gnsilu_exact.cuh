@@ -525,8 +525,82 @@ struct Scratch {
   Big s1, s2, x, square;
 };
 
+// ---- the rounding decided from a double-double estimate where it can be (Ziv) --------------------------------
+// The exact quotients need big-integer divisions; almost always an estimate with about 100 correct bits already
+// decides the rounding: if every value within the estimate's error bound rounds to the same double, that double is
+// the correctly rounded result. Only where the exact value lies that close to a midpoint between two doubles (or,
+// for the variance, where the cancellation in S2/N - mean^2 eats the estimate's bits) does the big-integer path
+// run. Either way the result is the same double, on the host and on the GPU.
+GNSILU_HD double fma64(double a, double b, double c) {
+#if defined(__CUDA_ARCH__)
+  return __fma_rn(a, b, c);
+#else
+  return __builtin_fma(a, b, c);
+#endif
+}
+struct DD {
+  double hi, lo;
+};
+GNSILU_HD DD two_sum(double a, double b) {
+  const double s = a + b;
+  const double bb = s - a;
+  return {s, (a - (s - bb)) + (b - bb)};
+}
+// Bits [k, k + count) of b's magnitude as an integer (count <= 64; bits below 0 read as zero).
+GNSILU_HD u64 big_field(const Big& b, int k, int count) {
+  u64 v = 0;
+  for (int i = count - 1; i >= 0; --i) {
+    const int bit = k + i;
+    const u64 one = bit >= 0 && (bit >> 5) < b.n ? (b.d[bit >> 5] >> (bit & 31)) & 1u : 0u;
+    v = (v << 1) | one;
+  }
+  return v;
+}
+// b 2^scale truncated to its top 106 bits, as hi + lo (both exact: 53-bit integers times powers of two).
+GNSILU_HD DD big_to_dd(const Big& b, int scale) {
+  const int n = big_bits(b);
+  if (n == 0) return {0.0, 0.0};
+  const u64 top = big_field(b, n - 53, 53);
+  const u64 next = big_field(b, n - 106, 53);
+  return {static_cast<double>(top) * math::pow2d(n - 53 + scale),
+          static_cast<double>(next) * math::pow2d(n - 106 + scale)};
+}
+// Whether every value within err of a + b (b small against a) rounds to the same double; that double in `out`.
+GNSILU_HD bool decided(double a, double b, double err, double& out) {
+  const double low = a + (b - err);
+  const double high = a + (b + err);
+  out = a + b;
+  return low == high && out == low;
+}
+
+// The mean and variance from the estimate, where it decides them (see above); false for each it does not decide.
+GNSILU_HD void estimate_moments(const Big& s1, bool negative, const Big& s2, u64 n, bool& mean_done, double& mean,
+                                bool& variance_done, double& variance) {
+  const double count = static_cast<double>(n);  // exact: n < 2^48
+  const double eps = math::pow2d(-98);          // far above the estimate's error (about 2^-102 relative)
+  // S1 / n: q1 + q2, q1 rounded, q2 from q1's exact remainder.
+  const DD a = big_to_dd(s1, kSumBase);
+  const double q1 = a.hi / count;
+  const double q2 = (fma64(-q1, count, a.hi) + a.lo) / count;
+  double m = 0.0;
+  mean_done = s1.n == 0 || decided(q1, q2, (q1 < 0 ? -q1 : q1) * eps, m);
+  mean = negative ? -m : m;
+  // S2 / n - (S1 / n)^2, from the same estimates.
+  const DD b = big_to_dd(s2, kSquareBase);
+  const double p1 = b.hi / count;
+  const double p2 = (fma64(-p1, count, b.hi) + b.lo) / count;
+  const double m1 = q1 * q1;  // the square of the mean's estimate, as a double-double
+  const double m2 = fma64(q1, q1, -m1) + 2.0 * q1 * q2;
+  const DD d = two_sum(p1, -m1);
+  const double tail = d.lo + (p2 - m2);
+  const double err = (p1 + m1) * eps;
+  double v = 0.0;
+  variance_done = decided(d.hi, tail, err, v) && (d.hi + (tail - err)) > 0.0;
+  variance = v;
+}
+
 // From a record, which it normalizes in place.
-GNSILU_HD Moments moments(Record& r, Scratch& w) {
+GNSILU_HD Moments moments(Record& r, Scratch& w, bool estimate = true) {
   Moments out;
   out.mean = 0.0;
   out.variance = 0.0;
@@ -536,8 +610,12 @@ GNSILU_HD Moments moments(Record& r, Scratch& w) {
   const u64 n = static_cast<u64>(r.count);
   const int n_bits = bits_of_u64(n);
   const bool negative = big_from_limbs(r.sum, w.s1);
+  big_from_limbs(r.squares, w.s2);
+  bool mean_done = false, variance_done = false;
+  if (estimate) estimate_moments(w.s1, negative, w.s2, n, mean_done, out.mean, variance_done, out.variance);
+  if (mean_done && variance_done) return out;
   // The mean: floor(|S1| 2^k / n) with at least 55 significant bits.
-  if (w.s1.n != 0) {
+  if (!mean_done && w.s1.n != 0) {
     w.x = w.s1;
     int k = 56 + n_bits - big_bits(w.s1);
     if (k < 0) k = 0;
@@ -547,8 +625,8 @@ GNSILU_HD Moments moments(Record& r, Scratch& w) {
     out.mean = negative ? -m : m;
   }
   // The variance: X = n S2 - S1^2 (in units of 2^-320), floor(X 2^k / n^2) with at least 55 significant bits.
+  if (variance_done) return out;
   big_mul(w.s1, w.s1, w.square);
-  big_from_limbs(r.squares, w.s2);
   w.x = w.s2;
   big_mul_small(w.x, static_cast<u32>(n & 0xFFFFFFFFu));
   if ((n >> 32) != 0) {
@@ -558,6 +636,7 @@ GNSILU_HD Moments moments(Record& r, Scratch& w) {
     big_add(w.x, w.s1);
   }
   big_sub(w.x, w.square);
+  out.variance = 0.0;
   if (w.x.n != 0) {
     int k = 57 + 2 * n_bits - big_bits(w.x);
     if (k < 0) k = 0;
