@@ -19,7 +19,6 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 
 # Not here: test_compile's full case (below, only its quick cases) and the Python tests (python3 is not built with
 # ASan; the C API they call is fuzzed from C by tools/fuzz.sh).
-step "ctest ($build)" bash -c 'set -o pipefail; ctest --test-dir "$0" --output-on-failure -L cpu \
-  -E "^(test_compile|test_python_.*)$" "${@:1}" 2>&1 | tee "$0/ctest.log"' "$build" "$@"
+step "ctest ($build)" ctest_logged "$build" -L cpu -E '^(test_compile|test_python_.*)$' "$@"
 echo "sanitize: test_compile (quick cases; the full one runs in tools/test.sh)"
 step "test_compile quick cases ($build)" "$build/tests/test_compile" --test-case-exclude='every kernel variant*'

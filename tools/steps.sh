@@ -3,6 +3,9 @@
 # step NAME COMMAND...  runs COMMAND and, where GNSILU_STEP_TIMES names a file (.ci/run sets it), appends
 #                       "NAME<TAB>seconds<TAB>exit status" to it; returns COMMAND's status. .ci/run prints the file
 #                       as a table at its end.
+# ctest_logged BUILD ARGS...
+#                       ctest over BUILD with its output shown and kept in BUILD/ctest.log (which .ci/run's table
+#                       reads); ctest's exit status.
 # use_ccache            makes every CMake build configured from here on compile through ccache (Debian's, from
 #                       tools/setup.sh), through the environment CMake reads when it first configures a build
 #                       folder (CMAKE_C_COMPILER_LAUNCHER, CMAKE_CXX_COMPILER_LAUNCHER): the Release, sanitizer and
@@ -19,6 +22,14 @@ step() {
     printf '%s\t%s\t%s\n' "$name" "$((SECONDS - start))" "$rc" >> "$GNSILU_STEP_TIMES"
   fi
   return $rc
+}
+
+ctest_logged() {
+  local build=$1
+  shift
+  mkdir -p "$build"
+  ctest --test-dir "$build" --output-on-failure "$@" 2>&1 | tee "$build/ctest.log"
+  return "${PIPESTATUS[0]}"
 }
 
 use_ccache() {

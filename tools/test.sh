@@ -21,6 +21,4 @@ if [ "${GNSILU_TEST_TORCH:-0}" = 1 ]; then
   echo "test: the PyTorch and diffusers tests run with $python ($("$python" -c 'import torch, diffusers; print("torch", torch.__version__, "diffusers", diffusers.__version__)'))"
 fi
 step "build ($build)" bash tools/build.sh "${cmake_args[@]}"
-mkdir -p "$build"
-step "ctest ($build)" bash -c 'set -o pipefail; ctest --test-dir "$0" --output-on-failure "${@:1}" 2>&1 | tee "$0/ctest.log"' \
-  "$build" "$@"
+step "ctest ($build)" ctest_logged "$build" "$@"
