@@ -18,9 +18,9 @@
 //
 // NaN and Inf are counted apart (nonfinite); a group holding one has NaN statistics, as before.
 //
-// Status: tested on the CPU (tests/test_exact.cpp) and not yet used by the kernels or the CPU reference, which still
-// follow gnsilu_math.cuh's fixed reduction tree. docs/wip/exact-statistics-kernels.patch wires it into both; it ran
-// bit-identical on the H200 but made the statistics pass 1.3-5x slower, so it lands when its speed does (issue 24).
+// Used by the statistics kernels (kernels/group_norm_silu.cu: reduce_chunk writes chunk records, merged_group_stats
+// merges them) and by the CPU reference (src/api/reference.cpp: element by element); tests/test_exact.cpp checks
+// the arithmetic on the CPU. docs/EXACT_STATISTICS.md explains the design.
 #pragma once
 
 #include "gnsilu_math.cuh"
@@ -32,11 +32,11 @@ using math::i64;
 using math::u32;
 using math::u64;
 
-constexpr int kSumLimbs = 11;     // S1: limbs of weight 2^(32 j + kSumBase), j = 0..10
-constexpr int kSumBase = -160;
-constexpr int kSquareLimbs = 19;  // S2: limbs of weight 2^(32 j + kSquareBase), j = 0..18
-constexpr int kSquareBase = -320;
-constexpr i64 kMaxCount = i64(1) << 48;  // elements of one group (the divisions below work in 16-bit steps)
+inline constexpr int kSumLimbs = 11;     // S1: limbs of weight 2^(32 j + kSumBase), j = 0..10
+inline constexpr int kSumBase = -160;
+inline constexpr int kSquareLimbs = 19;  // S2: limbs of weight 2^(32 j + kSquareBase), j = 0..18
+inline constexpr int kSquareBase = -320;
+inline constexpr i64 kMaxCount = i64(1) << 48;  // elements of one group (the divisions below work in 16-bit steps)
 
 struct alignas(16) Record {
   i64 count;                  // elements
@@ -45,7 +45,7 @@ struct alignas(16) Record {
   i64 squares[kSquareLimbs];  // S2
 };
 static_assert(sizeof(Record) == 256, "Record layout: 32 64-bit integers");
-constexpr int kRecordWords = 32;
+inline constexpr int kRecordWords = 32;
 
 GNSILU_HD void clear(Record& r) {
   i64* w = &r.count;
@@ -140,71 +140,35 @@ GNSILU_HD void add_element(Record& r, u32 bits) { add_element_to(sink_of(r), bit
 
 // ---- a chunk's exact sums, as the statistics kernels write them ------------------------------------------------
 // The kernels cut a group into chunks of up to 1024 elements (gnsilu_math.cuh: chunk geometry) only to share out the
-// work: a chunk's sums are exact, so the cut changes no bit. A chunk's record holds, as 64-bit integers:
-//   s1  = sum x           in units of 2^e1,
-//   s2h = sum x^2         over the elements with |x| >= 2^(H - 127), in units of 2^(2 e2h),
-//   s2l = sum x^2         over the elements below that, in units of 2^(2 e1),
-// where A is the FP32 exponent field of the chunk's largest |x|, H = max(A - W, 1), L = max(A - 2 W, 1),
-// e2h = H - 126 - P and e1 = L - 126 - P (P: the significand bits of the input format, W: the span of one level,
-// kLevelSpan below). Every element whose exponent field is at least L (and every subnormal when L = 1) is a multiple
-// of 2^e1, and of 2^e2h when at least H, so the sums are integers in those units; W keeps a lane's 32 squares of one
-// level below 2^53 units (exact in FP64) and the chunk's below 2^62. A nonzero element below 2^(L - 127) would not
-// fit: the chunk is then marked escaped and its elements are summed one by one (add_element) by the kernel that
-// merges the records. Zero-length padding elements are +0 and add nothing.
-constexpr unsigned kEscaped = 1;    // some element is too small for the levels: sum the chunk element by element
-constexpr unsigned kNonfinite = 2;  // some element is NaN or Inf
+// work: a chunk's sums are exact, so the cut changes no bit. A chunk's record holds its sums as integers in a unit of
+// its own: S1 = s1 2^e and S2 = s2 2^(2 e), s2 a nonnegative 128-bit integer, with every element |x| < 2^top, so
+// |s1| < n 2^(top - e) and s2 < n 2^(2 (top - e)). The kernels keep top - e <= 44 (kMaxChunkSpan) and n <= 1024, so
+// s1 < 2^54 and s2 < 2^98. A chunk holding an element the kernel's levels cannot represent exactly is marked escaped
+// and summed element by element by the kernel that merges the records; one holding a NaN or an Inf only counts.
+// Zero-length padding elements are +0 and add nothing.
+inline constexpr unsigned kEscaped = 1;    // some element is too small for the levels: sum the chunk element by element
+inline constexpr unsigned kNonfinite = 2;  // some element is NaN or Inf
+inline constexpr int kMaxChunkSpan = 44;   // top - e of a chunk record
 
 struct alignas(16) ChunkRecord {
   i64 s1;
-  i64 s2h;
-  i64 s2l;
-  short e1;
-  short e2h;
+  u64 s2_lo;  // s2, low and high 64 bits
+  u64 s2_hi;
+  short e;
+  short top;
   unsigned short n;      // elements of the chunk
   unsigned short flags;  // kEscaped, kNonfinite
 };
 static_assert(sizeof(ChunkRecord) == 32, "ChunkRecord layout");
 
-// Significand bits P and level span W by input format (dtype code: 1 bf16, 2 fp16, 3 fp32): 5 + 2 W + 2 P <= 53.
-// FP32 inputs (P = 24) leave no room for a level: their chunks are always summed element by element.
-template <int XT>
-struct Levels {
-  static constexpr int kSignificand = XT == 1 ? 8 : XT == 2 ? 11 : 24;
-  static constexpr int kSpan = XT == 1 ? 16 : XT == 2 ? 13 : 0;
-  static constexpr bool kFast = kSpan > 0;
-};
-
-// Adds a chunk's record into a group's; returns false (adding nothing) for an escaped chunk, whose elements the
-// caller adds. A chunk with a NaN or Inf counts its elements and one nonfinite.
-template <typename S>
-GNSILU_HD bool deposit_chunk_to(const S& sink, const ChunkRecord& c) {
-  if ((c.flags & kNonfinite) != 0) {
-    sink.count(0, c.n);
-    sink.nonfinite(0, 1);
-    return true;
-  }
-  if ((c.flags & kEscaped) != 0) return false;
-  sink.count(0, c.n);
-  const i64 s1 = c.s1;
-  deposit<kSumLimbs>(sink.sum, s1 < 0 ? 0ull - static_cast<u64>(s1) : static_cast<u64>(s1), s1 < 0, c.e1 - kSumBase);
-  deposit<kSquareLimbs>(sink.squares, static_cast<u64>(c.s2h), false, 2 * c.e2h - kSquareBase);
-  deposit<kSquareLimbs>(sink.squares, static_cast<u64>(c.s2l), false, 2 * c.e1 - kSquareBase);
-  return true;
-}
-GNSILU_HD bool deposit_chunk(Record& r, const ChunkRecord& c) { return deposit_chunk_to(sink_of(r), c); }
-
-// ---- a thread's running sums, in registers --------------------------------------------------------------------
-// A kernel that merges many chunk records (or elements) keeps them in registers first: 128-bit two's complement
-// sums of S1 in units of 2^e and of S2 in units of 2^(2 e), e the smallest unit seen. A record in a coarser unit is
-// shifted left into it (exact); a finer one shifts the sums instead. When the units seen since the last flush span
-// more than `window` binades, or after `budget` additions, the sums go to the sink (flush), so that nothing
-// overflows 128 bits. Exact throughout, so the order of the additions changes nothing.
+// ---- 128-bit two's complement integers ---------------------------------------------------------------------------
 struct Wide {
-  u64 lo, hi;  // two's complement
+  u64 lo, hi;
 };
 GNSILU_HD Wide wide_of(i64 v) { return {static_cast<u64>(v), v < 0 ? ~0ull : 0ull}; }
-GNSILU_HD Wide wide_shl(Wide a, int k) {  // 0 <= k < 64
+GNSILU_HD Wide wide_shl(Wide a, int k) {  // 0 <= k < 128
   if (k == 0) return a;
+  if (k >= 64) return {0ull, a.lo << (k - 64)};
   return {a.lo << k, (a.hi << k) | (a.lo >> (64 - k))};
 }
 GNSILU_HD Wide wide_add(Wide a, Wide b) {
@@ -224,28 +188,114 @@ GNSILU_HD void deposit_wide(const Add& add, Wide v, int p) {
   deposit<L>(add, v.hi, negative, p + 64);
 }
 
+// Adds a chunk's record into a group's; returns false (adding nothing) for an escaped chunk, whose elements the
+// caller adds. A chunk with a NaN or Inf counts its elements and one nonfinite.
+template <typename S>
+GNSILU_HD bool deposit_chunk_to(const S& sink, const ChunkRecord& c) {
+  if ((c.flags & kNonfinite) != 0) {
+    sink.count(0, c.n);
+    sink.nonfinite(0, 1);
+    return true;
+  }
+  if ((c.flags & kEscaped) != 0) return false;
+  sink.count(0, c.n);
+  deposit_wide<kSumLimbs>(sink.sum, wide_of(c.s1), c.e - kSumBase);
+  deposit_wide<kSquareLimbs>(sink.squares, Wide{c.s2_lo, c.s2_hi}, 2 * c.e - kSquareBase);
+  return true;
+}
+GNSILU_HD bool deposit_chunk(Record& r, const ChunkRecord& c) { return deposit_chunk_to(sink_of(r), c); }
+
+// ---- the levels a chunk's elements are cut into (the kernels' reduce_chunk) -----------------------------------
+// With every |x| of a chunk below 2^(a + 1), the grid 2^g, g = a - 21, holds each element that lies on it as an
+// integer k, |k| < 2^22, which one FP32 FMA finds exactly (kernels/group_norm_silu.cu: reduce_chunk). A chunk whose
+// nonzero elements all lie on it (for 16-bit inputs, every one within 14 (BF16) or 11 (FP16) binades of the largest)
+// has s1 = sum k, s2 = sum k^2 and e = g. Other chunks take two levels: for 16-bit inputs an element goes to the
+// first grid if its significand's last bit weighs at least 2^g (|x| >= 2^(g + P - 1)) and to the second, 2^(g + P -
+// 23), otherwise (holding elements down to 2^(g + 2 P - 24): BF16 29 binades below the largest, FP16 23); for FP32
+// inputs x = k1 2^g + k2 2^(g - 22) with k1 the nearest integer (elements down to 20 binades below the largest). No
+// grid is finer than the format's smallest subnormal. Chunks of tiny values (BF16 and FP32, a < -84) are scaled by
+// 2^64 first (exact), so that every grid's FP32 scale is a normal number.
+inline constexpr int kTinyBelow = -84;
+inline constexpr int kTinyShift = 64;
+// FP16 chunks whose largest |x| is below 2^(kFP16WholeBelow + 1) take two levels whatever their elements: the second
+// grid is then 2^-24, FP16's smallest subnormal, and holds every element below the first's threshold.
+inline constexpr int kFP16WholeBelow = 9;
+
+template <int XT>
+struct LevelGrid {
+  static constexpr int kSignificand = XT == 1 ? 8 : XT == 2 ? 11 : 24;
+  static constexpr int kFloor = XT == 1 ? -133 : XT == 2 ? -24 : -149;  // every value is a multiple of 2^kFloor
+  int shift;  // the chunk's values are scaled by 2^shift
+  int g;      // first grid, of the scaled values
+  int g2;     // second grid
+  int threshold;  // 16-bit inputs: scaled |x| >= 2^threshold go to the first grid
+};
+template <int XT>
+GNSILU_HD LevelGrid<XT> level_grid(int a) {
+  using G = LevelGrid<XT>;
+  LevelGrid<XT> l;
+  l.shift = a < kTinyBelow ? kTinyShift : 0;
+  const int floor = G::kFloor + l.shift;
+  l.g = a + l.shift - 21 > floor ? a + l.shift - 21 : floor;
+  const int wanted = XT == 3 ? l.g - 22 : l.g + G::kSignificand - 23;
+  l.g2 = wanted > floor ? wanted : floor;
+  l.threshold = l.g + G::kSignificand - 1;
+  return l;
+}
+
+// A two-level chunk's record from its integer sums (sum1 = sum k1, sum12 = sum k1 k2, ...), in units of 2^(g2 - shift).
+GNSILU_HD void set_two_levels(ChunkRecord& r, int g, int g2, int shift, i64 sum1, i64 sum2, i64 sum11, i64 sum12,
+                              i64 sum22) {
+  const int d = g - g2;  // 0 <= d <= 22
+  r.e = static_cast<short>(g2 - shift);
+  r.s1 = sum1 * (i64(1) << d) + sum2;
+  const Wide s2 = wide_add(wide_add(wide_shl(wide_of(sum11), 2 * d), wide_shl(wide_of(sum12), d + 1)), wide_of(sum22));
+  r.s2_lo = s2.lo;
+  r.s2_hi = s2.hi;
+}
+
+// ---- a thread's running sums, in registers --------------------------------------------------------------------
+// A kernel that merges many chunk records (or elements) keeps them in registers first: 128-bit two's complement
+// sums of S1 in units of 2^e and of S2 in units of 2^(2 e), e the finest unit added. Each addition brings n elements
+// below 2^top in magnitude; the sums then stay below weight 2^(top_max - e) and weight 2^(2 (top_max - e)), weight
+// the elements added. An addition that would let the latter reach 2^126 first sends the sums to the sink (flush).
+// Exact throughout, so the order of the additions changes nothing.
 struct Accumulator {
-  Wide s1;         // S1 in units of 2^e
-  Wide s2;         // S2 in units of 2^(2 e)
-  int e;           // the unit
-  int e_max;       // the coarsest unit added since the last flush
-  int added;       // additions since the last flush
-  i64 count;       // elements (summed apart: no flush needed)
+  Wide s1;        // S1 in units of 2^e
+  Wide s2;        // S2 in units of 2^(2 e)
+  int e;          // the unit
+  int top;        // every element added since the last flush is below 2^top
+  i64 weight;     // elements added since the last flush
+  i64 room;       // the most elements the sums may hold at this unit and top (acc_fits)
+  i64 count;      // elements (summed apart: no flush needed)
   i64 nonfinite;
 };
 GNSILU_HD void acc_clear(Accumulator& a) {
   a.s1 = a.s2 = Wide{0, 0};
-  a.e = a.e_max = 0;
-  a.added = 0;
+  a.e = a.top = 0;
+  a.weight = 0;
+  a.room = 0;
   a.count = a.nonfinite = 0;
 }
+GNSILU_HD int ceil_log2(i64 v) {  // v >= 1
+  if (v <= 1) return 0;
+  const u64 x = static_cast<u64>(v - 1);  // bits of v - 1
+#if defined(__CUDA_ARCH__)
+  return 64 - __clzll(static_cast<long long>(x));
+#else
+  return 64 - __builtin_clzll(x);
+#endif
+}
+// Whether sums of `weight` elements below 2^top in units of 2^e stay below 2^126 (see above).
+GNSILU_HD bool acc_fits(int top, int e, i64 weight) { return 2 * (top - e) + ceil_log2(weight) <= 125; }
+
 template <typename S>
 GNSILU_HD void acc_flush_sums(Accumulator& a, const S& sink) {
-  if (a.added == 0) return;
+  if (a.weight == 0) return;
   deposit_wide<kSumLimbs>(sink.sum, a.s1, a.e - kSumBase);
   deposit_wide<kSquareLimbs>(sink.squares, a.s2, 2 * a.e - kSquareBase);
   a.s1 = a.s2 = Wide{0, 0};
-  a.added = 0;
+  a.weight = 0;
 }
 template <typename S>
 GNSILU_HD void acc_flush(Accumulator& a, const S& sink) {
@@ -254,26 +304,46 @@ GNSILU_HD void acc_flush(Accumulator& a, const S& sink) {
   if (a.nonfinite != 0) sink.nonfinite(0, a.nonfinite);
   a.count = a.nonfinite = 0;
 }
-// s1 2^e and s2 2^(2 e) added: |s1| < 2^63, s2 < 2^126 / 2^(2 window) / budget.
+// s1 2^e and s2 2^(2 e) added: n elements below 2^top (acc_fits(top, e, n) must hold).
 template <typename S>
-GNSILU_HD void acc_add(Accumulator& a, int e, i64 s1, Wide s2, int window, int budget, const S& sink) {
-  if (a.added != 0) {
+GNSILU_HD void acc_add(Accumulator& a, int e, int top, i64 n, Wide s1, Wide s2, const S& sink) {
+  if (a.weight != 0 && e == a.e && top <= a.top && a.weight + n <= a.room) {
+    // The usual case: the same unit, within the bound already checked.
+    a.s1 = wide_add(a.s1, s1);
+    a.s2 = wide_add(a.s2, s2);
+    a.weight += n;
+    return;
+  }
+  if (a.weight != 0) {
     const int low = e < a.e ? e : a.e;
-    const int high = e > a.e_max ? e : a.e_max;
-    if (high - low > window || a.added >= budget) acc_flush_sums(a, sink);
+    const int high = top > a.top ? top : a.top;
+    if (!acc_fits(high, low, a.weight + n)) acc_flush_sums(a, sink);
   }
-  if (a.added == 0) {
-    a.e = a.e_max = e;
-  } else if (e < a.e) {
-    a.s1 = wide_shl(a.s1, a.e - e);
-    a.s2 = wide_shl(a.s2, 2 * (a.e - e));
+  if (a.weight == 0) {
     a.e = e;
-  } else if (e > a.e_max) {
-    a.e_max = e;
+    a.top = top;
+  } else {
+    if (e < a.e) {
+      a.s1 = wide_shl(a.s1, a.e - e);
+      a.s2 = wide_shl(a.s2, 2 * (a.e - e));
+      a.e = e;
+    }
+    if (top > a.top) a.top = top;
   }
-  a.s1 = wide_add(a.s1, wide_shl(wide_of(s1), e - a.e));
+  a.s1 = wide_add(a.s1, wide_shl(s1, e - a.e));
   a.s2 = wide_add(a.s2, wide_shl(s2, 2 * (e - a.e)));
-  ++a.added;
+  a.weight += n;
+  // The most elements the sums may hold at this unit and top: 2 (top - e) + ceil_log2(room) <= 125.
+  const int spare = 125 - 2 * (a.top - a.e);
+  a.room = spare >= 62 ? (i64(1) << 62) : (i64(1) << spare);
+}
+
+// Another thread's sums (already flushed of nothing else: b's count and nonfinite are added too).
+template <typename S>
+GNSILU_HD void acc_merge(Accumulator& a, const Accumulator& b, const S& sink) {
+  a.count += b.count;
+  a.nonfinite += b.nonfinite;
+  if (b.weight != 0) acc_add(a, b.e, b.top, b.weight, b.s1, b.s2, sink);
 }
 
 // A chunk record into a thread's sums; false (nothing added) for an escaped chunk.
@@ -286,12 +356,7 @@ GNSILU_HD bool acc_add_chunk(Accumulator& a, const ChunkRecord& c, const S& sink
   }
   if ((c.flags & kEscaped) != 0) return false;
   a.count += c.n;
-  // S2 in units of 2^(2 e1): s2h 2^(2 (e2h - e1)) + s2l, below 2^(58 + 2 W) <= 2^90.
-  const Wide s2 = wide_add(wide_shl(Wide{static_cast<u64>(c.s2h), 0}, 2 * (c.e2h - c.e1)),
-                           Wide{static_cast<u64>(c.s2l), 0});
-  // Units within 8 binades: records below 2^50 (S1) and 2^90 (S2) grow by 2^8 and 2^16; 64 of them stay far below
-  // 2^127.
-  acc_add(a, c.e1, c.s1, s2, 8, 64, sink);
+  acc_add(a, c.e, c.top, c.n, wide_of(c.s1), Wide{c.s2_lo, c.s2_hi}, sink);
   return true;
 }
 
@@ -306,18 +371,17 @@ GNSILU_HD void acc_add_element(Accumulator& a, u32 bits, const S& sink) {
   }
   if (m_bits == 0) return;
   const u32 field = m_bits >> 23;
-  const u64 m = field != 0 ? ((m_bits & 0x7FFFFFu) | 0x800000u) : m_bits;  // value = m 2^e
+  const u64 m = field != 0 ? ((m_bits & 0x7FFFFFu) | 0x800000u) : m_bits;  // value = m 2^e, m < 2^24
   const int e = (field != 0 ? static_cast<int>(field) : 1) - 150;
-  // Elements: S1 terms below 2^24, S2 below 2^48; a window of 24 binades grows them to 2^48 and 2^96, and 2^16 of
-  // them stay below 2^113.
-  acc_add(a, e, (bits >> 31) != 0 ? -static_cast<i64>(m) : static_cast<i64>(m), Wide{m * m, 0}, 24, 1 << 16, sink);
+  acc_add(a, e, e + 24, 1, wide_of((bits >> 31) != 0 ? -static_cast<i64>(m) : static_cast<i64>(m)), Wide{m * m, 0},
+          sink);
 }
 
 // ---- a small unsigned big integer (32-bit limbs, little end first), for the one division per group ------------
 // Loops run over the limbs in use only (n): for typical groups a few limbs, so the division costs a few hundred
 // instructions. Division by the group size in 16-bit steps, each quotient digit from an FP64 estimate corrected
 // exactly: the same integers on the host and the GPU.
-constexpr int kBigLimbs = 30;  // 960 bits: N S2 - S1^2 (< 2^672) shifted left by up to 57 + 96 bits
+inline constexpr int kBigLimbs = 30;  // 960 bits: N S2 - S1^2 (< 2^672) shifted left by up to 57 + 96 bits
 
 struct Big {
   u32 d[kBigLimbs];
@@ -573,20 +637,19 @@ GNSILU_HD bool decided(double a, double b, double err, double& out) {
   return low == high && out == low;
 }
 
-// The mean and variance from the estimate, where it decides them (see above); false for each it does not decide.
-GNSILU_HD void estimate_moments(const Big& s1, bool negative, const Big& s2, u64 n, bool& mean_done, double& mean,
-                                bool& variance_done, double& variance) {
+// The mean and variance from the estimates a ~ |S1| and b ~ S2 (each its top 106 bits), where they decide them (see
+// above); false for each they do not decide.
+GNSILU_HD void estimate_from(DD a, bool negative, DD b, u64 n, bool& mean_done, double& mean, bool& variance_done,
+                             double& variance) {
   const double count = static_cast<double>(n);  // exact: n < 2^48
   const double eps = math::pow2d(-98);          // far above the estimate's error (about 2^-102 relative)
   // S1 / n: q1 + q2, q1 rounded, q2 from q1's exact remainder.
-  const DD a = big_to_dd(s1, kSumBase);
   const double q1 = a.hi / count;
   const double q2 = (fma64(-q1, count, a.hi) + a.lo) / count;
   double m = 0.0;
-  mean_done = s1.n == 0 || decided(q1, q2, (q1 < 0 ? -q1 : q1) * eps, m);
+  mean_done = a.hi == 0.0 || decided(q1, q2, (q1 < 0 ? -q1 : q1) * eps, m);
   mean = negative ? -m : m;
   // S2 / n - (S1 / n)^2, from the same estimates.
-  const DD b = big_to_dd(s2, kSquareBase);
   const double p1 = b.hi / count;
   const double p2 = (fma64(-p1, count, b.hi) + b.lo) / count;
   const double m1 = q1 * q1;  // the square of the mean's estimate, as a double-double
@@ -597,6 +660,65 @@ GNSILU_HD void estimate_moments(const Big& s1, bool negative, const Big& s2, u64
   double v = 0.0;
   variance_done = decided(d.hi, tail, err, v) && (d.hi + (tail - err)) > 0.0;
   variance = v;
+}
+GNSILU_HD void estimate_moments(const Big& s1, bool negative, const Big& s2, u64 n, bool& mean_done, double& mean,
+                                bool& variance_done, double& variance) {
+  estimate_from(big_to_dd(s1, kSumBase), negative, big_to_dd(s2, kSquareBase), n, mean_done, mean, variance_done,
+                variance);
+}
+
+// ---- the same from a thread's running sums (no record): the kernels' usual case --------------------------------
+GNSILU_HD int bits_of_wide(Wide v) { return v.hi != 0 ? 64 + bits_of_u64(v.hi) : v.lo != 0 ? bits_of_u64(v.lo) : 0; }
+// Bits [k, k + count) of v as an integer (count <= 53; bits below 0 read as zero).
+GNSILU_HD u64 wide_field(Wide v, int k, int count) {
+  u64 x;
+  if (k <= -64) return 0;
+  if (k < 0) x = v.lo << -k;
+  else if (k == 0) x = v.lo;
+  else if (k < 64) x = (v.lo >> k) | (v.hi << (64 - k));
+  else x = v.hi >> (k - 64);
+  return x & ((u64(1) << count) - 1);
+}
+// |v| 2^scale truncated to its top 106 bits, as hi + lo (both exact), for v >= 0 below 2^127.
+GNSILU_HD DD wide_to_dd(Wide v, int scale) {
+  const int n = bits_of_wide(v);
+  if (n == 0) return {0.0, 0.0};
+  return {static_cast<double>(wide_field(v, n - 53, 53)) * math::pow2d(n - 53 + scale),
+          static_cast<double>(wide_field(v, n - 106, 53)) * math::pow2d(n - 106 + scale)};
+}
+
+// A group's statistics straight from sums held whole in one accumulator (nothing flushed: S1 = a.s1 2^a.e and S2 =
+// a.s2 2^(2 a.e)), where the estimate decides them; false otherwise (the caller then flushes the sums into a record
+// and takes group_stats). The same bits as group_stats of that record.
+GNSILU_HD bool stats_from_sums(const Accumulator& a, double eps, math::GroupStats& s) {
+  if (a.nonfinite != 0 || a.count <= 0 || a.count >= kMaxCount) {
+    const double nan = math::double_of(0x7FF8000000000000ull);
+    s.mean = nan;
+    s.rstd = nan;
+    s.mean32 = math::float_of(0x7FC00000u);
+    s.apply_e = 0;
+    return true;
+  }
+  Wide s1 = a.weight != 0 ? a.s1 : Wide{0, 0};
+  const Wide s2 = a.weight != 0 ? a.s2 : Wide{0, 0};
+  const bool negative = static_cast<i64>(s1.hi) < 0;
+  if (negative) {
+    s1.lo = ~s1.lo + 1;
+    s1.hi = ~s1.hi + (s1.lo == 0 ? 1u : 0u);
+  }
+  const int e = a.weight != 0 ? a.e : 0;
+  // S1 and S2 stay within FP64's range: |S1| < 2^176 and S2 < 2^304 (see Record) hold for any group.
+  bool mean_done = false, variance_done = false;
+  double mean = 0.0, variance = 0.0;
+  estimate_from(wide_to_dd(s1, e), negative, wide_to_dd(s2, 2 * e), static_cast<u64>(a.count), mean_done, mean,
+                variance_done, variance);
+  if (!mean_done || !variance_done) return false;
+  s.mean = mean;
+  s.rstd = math::div64(1.0, math::sqrt64(variance + eps));
+  s.mean32 = math::narrow(mean);
+  const int s2_bits = bits_of_wide(s2);
+  s.apply_e = s2_bits != 0 && s2_bits - 1 + 2 * e >= 252 ? 1 : 0;  // S2 >= 2^252 (apply_exponent)
+  return true;
 }
 
 // From a record, which it normalizes in place.

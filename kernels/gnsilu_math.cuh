@@ -11,34 +11,16 @@
 //     hardware's conversion where it rounds the same way), and NaN outputs are canonical (0x7FFF bf16 and
 //     fp16, 0x7FC00000 fp32) so that every platform stores the same bits.
 //
-// The reduction tree (part of the definition of the result, independent of any launch configuration and of
-// the memory layout):
-//   * group (n, g) holds L = (C/G) * S elements of x (S: product of the spatial sizes), in channel-major order
-//     (element i is channel i / S of the group, position i % S) whatever the layout in memory;
-//   * it is cut into chunks that never straddle a channel: for S > 512, each channel's S positions into runs of
-//     kChunk = 1024 (the last one shorter); for S <= 512, m = floor(1024 / S) whole channels per chunk (the
-//     group's last chunk fewer). So a chunk is one rectangle of channels x positions in either layout: NCHW
-//     holds it as one contiguous run, channels-last as a tile of pixels (chunk_geometry below). Where S is a
-//     multiple of 1024 or divides it these are the runs of 1024 consecutive elements of the group that gnsilu
-//     used before layouts existed, so those results did not change; absent elements count as +0;
-//   * element i of a chunk belongs to vector i/8 (8 contiguous elements), to lane (i/8) % 32 and to slot
-//     i/256 of that lane. A chunk sum adds the 8 elements of a vector pairwise (bits 0, 1, 2 of i), then the
-//     4 slots of a lane (bit 9, then bit 8), then the 32 lanes (bits 7 down to 3: a warp butterfly);
-//   * a chunk gives a record {c, R, Q, E}: c a pivot near the chunk mean (its first-pass sum over n, rounded
-//     to 12 significant bits; 0 if that sum is not finite), and with
-//     d = x*2^-E - c*2^-E, R = sum d and Q = sum d*d, each with that tree (in FP64 above the vectors);
-//     2^E bounds |x| + |c| so nothing overflows;
-//   * a group's mean and sum of squared deviations come from its records in FP64: partial p (of 256) adds
-//     records p, p+256, p+512, ... in order, then the partials are combined pairwise, p with p + 128, then
-//     with p + 64, ... down to p + 1 (a block of 256 threads does it with shared memory and a butterfly; one
-//     warp does the first three levels within each lane).
-// A warp that holds a chunk in registers computes exactly this tree; so does the CPU reference.
+// The statistics (gnsilu_exact.cuh): a group's mean and variance are its exact sum and sum of squares, divided by
+// its size and rounded once to FP64. Exact sums do not depend on the order of the additions, so the kernels may cut
+// a group any way they like: into chunks of up to 1024 elements that never straddle a channel (chunk geometry
+// below; in NCHW a contiguous run, in channels-last a tile of pixels), reduced by warps, blocks or tiles in any
+// order, or into regions of a tiled decode. None of that is part of the definition.
 //
-// Why the numbers are good: the pivot makes the second sum centred (no cancellation however large the mean
-// is against the spread); the mean is exact to FP64 rounding of sums of small centred terms; the mean is
-// applied as m32 = fp32(m) with the rounding error m - m32 folded into the shift in FP64; x - m32 is exact
-// near the mean (Sterbenz); the pre-activation is computed around its zero crossing so that it keeps its
-// relative accuracy where it is small (row_constants); SiLU is one exponential (< 1 ulp) and one division.
+// Why the numbers are good: the statistics are exact up to their one rounding; the mean is applied as m32 = fp32(m)
+// with the rounding error m - m32 folded into the shift in FP64; x - m32 is exact near the mean (Sterbenz); the
+// pre-activation is computed around its zero crossing so that it keeps its relative accuracy where it is small
+// (row_constants); SiLU is one exponential (< 1 ulp) and one division.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -62,12 +44,11 @@ enum : int { kChannelsFirst = 0, kChannelsLast = 1 };
 // Activations after the normalization (gnsilu_activation): y = silu(v) or y = v.
 enum : int { kSiLU = 0, kNoActivation = 1 };
 
-constexpr int kChunk = 1024;           // elements per chunk record
-constexpr int kVec = 8;                // elements per vector (one tree leaf group)
-constexpr int kLanes = 32;             // lanes of a chunk
-constexpr int kSlots = kChunk / (kVec * kLanes);  // vectors per lane: 4
-constexpr int kPartials = 256;         // partial sums of the records of a group
-static_assert(kSlots == 4, "the lane tree below is written for 4 slots");
+inline constexpr int kChunk = 1024;           // elements per chunk record
+inline constexpr int kVec = 8;                // elements per vector (16 bytes of 16-bit data)
+inline constexpr int kLanes = 32;             // lanes of the warp that reduces a chunk
+inline constexpr int kSlots = kChunk / (kVec * kLanes);  // vectors per lane: 4
+inline constexpr int kPartials = 256;         // threads of the block that merges a group's records (finalize)
 
 // ---- bits ------------------------------------------------------------------------------------------------
 GNSILU_HD u32 bits_of(float f) {
@@ -320,82 +301,7 @@ GNSILU_HD double load_parameter(const void* p, int dtype, i64 i, double fallback
   return static_cast<double>(static_cast<const float*>(p)[i]);
 }
 
-// ---- the chunk tree ----------------------------------------------------------------------------------
-// One vector of 8: bits 0, 1, 2 of the element index, pairwise.
-GNSILU_HD float tree8(const float (&v)[kVec]) {
-  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
-}
-// The 4 slots of a lane: slot bit 1 (element bit 9) first, then slot bit 0 (element bit 8).
-GNSILU_HD float tree_slots(float s0, float s1, float s2, float s3) { return (s0 + s2) + (s1 + s3); }
-
-// Whether the second pass scales by 2^-E: BF16 and FP32 inputs can reach 3.4e38 and their squares would
-// overflow FP32 sums; FP16 inputs (|x| <= 65504) never do, and skip it.
-template <int XT>
-struct Scaling {
-  static constexpr bool kScaled = XT != kFP16;
-};
-
-// A float rounded (nearest even) to 12 significant bits; values that would round past the largest float are
-// truncated instead.
-GNSILU_HD float round_to_12_bits(float f) {
-  const u32 u = bits_of(f);
-  const u32 rounded = (u + 0x7FFu + ((u >> 12) & 1u)) & ~0xFFFu;
-  return float_of((rounded & 0x7F800000u) == 0x7F800000u && (u & 0x7F800000u) != 0x7F800000u ? u & ~0xFFFu : rounded);
-}
-
-// The pivot of a chunk from its first-pass sum (of x * 2^-11 or x) and the largest |x| bits. The pivot has
-// 12 significant bits so that d = x - c is exact for 16-bit x within a wide range around it: with d exact and
-// its vector sums exact, the sum of d over a chunk (R, accumulated in FP64 above the vectors) is exact for
-// typical 16-bit data, and the group mean is exact to FP64 rounding.
-struct Pivot {
-  float c;   // the chunk mean in FP32, clamped to the finite range, rounded to 12 significant bits
-  float t;   // 2^-E
-  float ct;  // c * 2^-E
-  int e;     // E
-};
-
-// The first pass sums x as it is: if that overflows (|x| near the top of the FP32 range) or meets a NaN, the
-// pivot is 0, which the second pass handles exactly (a NaN then poisons R and so the group).
-template <int XT>
-GNSILU_HD Pivot chunk_pivot(float first_sum, float largest_abs, int n) {
-  const u32 max_abs_bits = bits_of(largest_abs);
-  // Dividing by 1024 and multiplying by 2^-10 round the same exact quotient once: the same bits, and a full
-  // chunk (n known to be kChunk at compile time) skips the division.
-  float mean = n == kChunk ? first_sum * (1.0f / kChunk) : div32(first_sum, static_cast<float>(n));
-  if (!(mean - mean == 0.0f)) mean = 0.0f;
-  Pivot p;
-  p.c = round_to_12_bits(mean);
-  if constexpr (Scaling<XT>::kScaled) {
-    const int ex = exponent_of(max_abs_bits);
-    const int ec = exponent_of(bits_of(p.c) & 0x7FFFFFFFu);
-    int e = (ex > ec ? ex : ec) + 2;  // |x| + |c| < 2^E
-    if (e > 126) e = 126;
-    if (e < -125) e = -125;
-    p.e = e;
-    p.t = pow2f(-e);
-  } else {
-    p.e = 0;
-    p.t = 1.0f;
-  }
-  p.ct = p.c * p.t;
-  return p;
-}
-
-// The centred value of an element: d = x * 2^-E - c * 2^-E, rounded once.
-GNSILU_HD float centred(float x, const Pivot& p) { return fma32(x, p.t, -p.ct); }
-
-// A chunk's record, as stored between the statistics and the apply step.
-struct alignas(16) ChunkRecord {
-  double r;  // sum of d: FP32 within each vector of 8, FP64 above
-  double q;  // sum of d * d: likewise
-  float c;   // pivot
-  int e;     // E
-  int n;     // elements in the chunk (1 to kChunk)
-  int unused;
-};
-static_assert(sizeof(ChunkRecord) == 32, "ChunkRecord layout");
-
-// ---- chunk geometry (see the reduction tree above) -----------------------------------------------------------
+// ---- chunk geometry: how the kernels share out a group (no part of the definition of the result) ------------
 // Channels per chunk: 1 when S > 512 (a chunk is a run of one channel's positions), else floor(1024 / S).
 GNSILU_HD i64 chunk_channels(i64 s) { return s > kChunk / 2 || s < 1 ? 1 : kChunk / s; }
 // Chunks per channel: ceil(S / 1024) when S > 512, else 1.
@@ -429,51 +335,12 @@ GNSILU_HD ChunkPlace chunk_place(i64 s, i64 channels_per_group, i64 j) {
   return c;
 }
 
-// The slots of a lane for the FP64 part of R: the same tree as tree_slots.
-GNSILU_HD double tree_slots(double s0, double s1, double s2, double s3) { return (s0 + s2) + (s1 + s3); }
-
-// ---- group statistics from records (FP64) --------------------------------------------------------------
-// n * c + R * 2^E: the chunk's sum of x (the products are exact, one rounding in the sum).
-GNSILU_HD double record_sum(const ChunkRecord& r) {
-  return static_cast<double>(r.n) * static_cast<double>(r.c) + r.r * pow2d(r.e);
-}
-// The chunk's sum of (x - m)^2 = Q 2^2E + delta (2 R 2^E + n delta), delta = c - m.
-GNSILU_HD double record_squares(const ChunkRecord& r, double m) {
-  const double scale = pow2d(r.e);
-  const double delta = static_cast<double>(r.c) - m;
-  const double linear = 2.0 * (r.r * scale) + static_cast<double>(r.n) * delta;
-  return (r.q * scale) * scale + delta * linear;
-}
-
 struct GroupStats {
   double mean;    // m
   double rstd;    // 1 / sqrt(var + eps); NaN when the group holds NaN or Inf
   float mean32;   // fp32(m)
   int apply_e;    // the apply step computes with x * 2^-apply_e (1 only when |x| may reach 2^126)
 };
-
-GNSILU_HD GroupStats group_stats(double sum, double squares, i64 length, int max_e, double eps) {
-  GroupStats s;
-  s.mean = div64(sum, static_cast<double>(length));
-  double variance = div64(squares, static_cast<double>(length));
-  if (variance < 0.0) variance = 0.0;
-  const double largest = 3.4028234663852886e38;
-  if (!is_finite(s.mean) || !is_finite(variance)) {
-    const double nan = double_of(0x7FF8000000000000ull);
-    s.mean = nan;
-    s.rstd = nan;
-    s.mean32 = float_of(0x7FC00000u);
-    s.apply_e = 0;
-    return s;
-  }
-  s.rstd = div64(1.0, sqrt64(variance + eps));
-  double m = s.mean;
-  if (m > largest) m = largest;
-  if (m < -largest) m = -largest;
-  s.mean32 = narrow(m);
-  s.apply_e = max_e >= 126 ? 1 : 0;
-  return s;
-}
 
 // What the apply step needs per (sample, channel): y = silu(fma(fma(x, u, -z), k, c)).
 //

@@ -7,8 +7,8 @@ namespace kernel {
 
 // What the one-launch (fused) kernel holds on chip for a group: its chunks' records and its channels' constants
 // in shared memory. The host's fused_eligible (src/runtime/plan.cpp) and the kernel read these two alone.
-constexpr int kFusedMaxChunks = 64;     // chunks of 1024 elements: groups of at most 64 Ki elements
-constexpr int kFusedMaxChannels = 256;  // channels per group
+inline constexpr int kFusedMaxChunks = 64;     // chunks of 1024 elements: groups of at most 64 Ki elements
+inline constexpr int kFusedMaxChannels = 256;  // channels per group
 
 struct Params {
   const void* x;          // (N, C, S) channel-major or (N, S, C) channels-last, contiguous, dtype XT

@@ -1,13 +1,13 @@
 // gnsilu: the GroupNorm(+SiLU) kernels, compiled at run time by NVRTC for the device's exact architecture.
 //
-// Two paths compute the same bits (gnsilu_math.cuh defines the arithmetic and the reduction tree), in two
+// Two paths compute the same bits (gnsilu_math.cuh defines the arithmetic, gnsilu_exact.cuh the exact statistics), in two
 // memory layouts that also give the same bits: channel-major (NCHW, NCDHW, ...) and channels-last (NHWC, ...).
 // A variant is compiled for one layout (LAYOUT) and one activation (ACT: SiLU or none).
 //
 //   split (three launches, any size; from sm_90 the second and third overlap the drain of the one before):
 //     chunk_stats  NCHW: one warp per chunk: loads the chunk into registers (4 x 16-byte vectors per lane),
-//                  sums it, takes its pivot, then sums the centred values and their squares from the same
-//                  registers: x is read once for the statistics. Writes a 32-byte record per chunk. When
+//                  finds its largest |x|, then its exact sum and sum of squares as integers on one or two
+//                  grids set by that largest value (reduce_chunk). Writes a 32-byte record per chunk. When
 //                  every chunk is full (S a multiple of 1024, ...) it takes a path with no division of the
 //                  chunk index and no per-element mask; otherwise full chunks still skip the masks.
 //                  NHWC: a block per tile of (sample, window of 1024 pixels, slice of 16 to 64 bytes of
@@ -15,7 +15,8 @@
 //                  channel's window (one chunk: chunks never straddle a channel) lies as in NCHW, and the
 //                  warps reduce those chunks exactly as the NCHW kernel does. Shapes the tiles cannot take
 //                  (S <= 512, C not a multiple of 16 bytes, unaligned x) gather chunks element by element.
-//     finalize     one block per group: combines the group's records in FP64, writes per-(n, c) constants.
+//     finalize     one block per group: adds the group's records exactly (128-bit sums per thread, then per
+//                  warp, then one thread), rounds the mean and variance once, writes per-(n, c) constants.
 //                  The same kernel for both layouts.
 //     apply        NCHW: tiles of (row, span): y = silu(fma(fma(x, u, -z), k, c)), 16-byte loads and stores;
 //                  for 16-bit outputs SiLU is estimated with MUFU and silu32 runs only where the estimate
@@ -25,15 +26,16 @@
 //     Bytes moved: x twice and y once (6 per element in 16-bit), plus 32 bytes per 1024 elements of records.
 //
 //   fused (one launch, groups of at most 64 chunks and 256 channels):
-//     one block per group: its warps compute the chunk records into shared memory, warp 0 combines them,
+//     one block per group: its warps compute the chunk records into shared memory, the block merges them,
 //     then the block applies the group; the second read of x mostly hits L2 (the group was just read). In
 //     NHWC the chunks are gathered element by element (the group's channels are a few bytes of each pixel)
 //     and the apply walks the group's pixels with vectors of 8, 4 or 1 of its channels.
 //
 // Launch constants are template parameters: WARPS (warps per block), EPL (elements per thread per step of the
 // apply loops: 8, 16 or 32), STAGES (chunks a warp holds in flight in chunk_stats: 2 loads the next chunk
-// while reducing the current one; NCHW only). None of them changes the reduction tree, so none changes a bit of
-// the output.
+// while reducing the current one; NCHW only). The statistics are exact sums, so no cut of a group and no order of
+// additions changes a bit of the output.
+#include "gnsilu_exact.cuh"
 #include "gnsilu_math.cuh"
 #include "gnsilu_params.cuh"
 
@@ -45,10 +47,10 @@ using namespace gnsilu::math;
 // Blocks per multiprocessor the compiler must allow: at least 512 threads, so at most 128 registers a thread.
 // Without it, ptxas for some architectures (sm_120) picks a 64-register cap and spills.
 template <int WARPS>
-constexpr int kMinBlocks = WARPS >= 16 ? 1 : 16 / WARPS;
+inline constexpr int kMinBlocks = WARPS >= 16 ? 1 : 16 / WARPS;
 // The fused kernel holds a chunk and the SiLU at once: at least 256 threads (up to 255 registers a thread).
 template <int WARPS>
-constexpr int kMinBlocksFused = WARPS >= 8 ? 1 : 8 / WARPS;
+inline constexpr int kMinBlocksFused = WARPS >= 8 ? 1 : 8 / WARPS;
 struct alignas(16) Raw16 {
   u32 a, b, c, d;
 };
@@ -356,156 +358,362 @@ __device__ __forceinline__ void chunk_values(const ChunkData<XT>& c, float (&v)[
   for (int s = 0; s < kSlots; ++s) unpack<XT>(c.raw[s], v[s]);
 }
 
-// Two FP64 butterflies in one: lanes with bit 4 clear keep a and send b across, lanes with bit 4 set keep b and
-// send a, so after the first level each half of the warp carries one sum and every further level moves one
-// value instead of two. Each lane adds the same pairs in the same order as warp_sum(a) and warp_sum(b) would
-// (addition commutes bit for bit), so the sums are theirs. Lane 0 returns a's sum in `first`, b's in `second`.
-struct SumPair {
-  double first, second;
-};
-__device__ __forceinline__ SumPair warp_sum_pair(double a, double b, int lane) {
-  const bool upper = (lane & 16) != 0;
-  double v = (upper ? b : a) + __shfl_xor_sync(0xFFFFFFFFu, upper ? a : b, 16);
-#pragma unroll
-  for (int h = 8; h >= 1; h /= 2) v = v + __shfl_xor_sync(0xFFFFFFFFu, v, h);
-  return {v, __shfl_xor_sync(0xFFFFFFFFu, v, 16)};
-}
-
-// The largest |x| of a lane's slots. For bf16 from sm_86, on the raw words two at a time (max.xorsign.abs: the
-// larger magnitude, whose sign is then dropped; a NaN is skipped as fmaxf skips it), which gives the same value
-// as max_abs over the elements.
+// The bits of the largest |x| of a lane's slots, where NaN counts as larger than Inf and Inf as larger than any
+// finite value (so the chunk's nonfinite elements show in it). From sm_86, on the raw 16-bit words two at a time
+// (max.NaN.xorsign.abs: the larger magnitude, NaN propagated, whose sign is then dropped); elsewhere on the bits.
 template <int XT>
-__device__ __forceinline__ float lane_max_abs(const ChunkData<XT>& c, const float (&v)[kSlots][kVec]) {
+__device__ __forceinline__ u32 lane_top_bits(const ChunkData<XT>& c, const float (&v)[kSlots][kVec]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 860
-  if constexpr (XT == kBF16) {
+  if constexpr (XT == kBF16 || XT == kFP16) {
     u32 top = 0;
 #pragma unroll
     for (int s = 0; s < kSlots; ++s) {
       const u32 w[4] = {c.raw[s].q[0].a, c.raw[s].q[0].b, c.raw[s].q[0].c, c.raw[s].q[0].d};
 #pragma unroll
-      for (int k = 0; k < 4; ++k) asm("max.xorsign.abs.bf16x2 %0, %0, %1;" : "+r"(top) : "r"(w[k]));
+      for (int k = 0; k < 4; ++k) {
+        if constexpr (XT == kBF16) asm("max.NaN.xorsign.abs.bf16x2 %0, %0, %1;" : "+r"(top) : "r"(w[k]));
+        else asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(top) : "r"(w[k]));
+      }
     }
     const u32 lo = top & 0x7FFFu;
     const u32 hi = (top >> 16) & 0x7FFFu;
-    return float_of((lo > hi ? lo : hi) << 16);
+    const u16 larger = static_cast<u16>(lo > hi ? lo : hi);
+    return bits_of(XT == kBF16 ? bf16_to_float(larger) : fp16_to_float(larger)) & 0x7FFFFFFFu;
   }
 #endif
-  float top = 0.0f;
+  u32 top = 0;
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) {
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) top = max_abs(top, v[s][e]);
+    for (int e = 0; e < kVec; ++e) {
+      const u32 a = bits_of(v[s][e]) & 0x7FFFFFFFu;
+      top = a > top ? a : top;
+    }
   }
   return top;
 }
 
-// The chunk's record (lane 0 returns it). FULL: the caller knows that n == kChunk, and the centring needs no
-// mask (with a run-time n the compiler tests every element).
-template <int XT, bool FULL = false>
-__device__ __forceinline__ ChunkRecord reduce_chunk(const ChunkData<XT>& c, int lane) {
-  const int n = FULL ? kChunk : c.n;
-  float v[kSlots][kVec];
-  chunk_values<XT>(c, v);
-  float part[kSlots];
-  float top = 0.0f;
-  if constexpr (Scaling<XT>::kScaled) top = lane_max_abs<XT>(c, v);
+__device__ __forceinline__ i64 warp_sum_i64(i64 v) {
 #pragma unroll
-  for (int s = 0; s < kSlots; ++s) part[s] = tree8(v[s]);
-  const float first = warp_sum(tree_slots(part[0], part[1], part[2], part[3]));
-  if constexpr (Scaling<XT>::kScaled) top = warp_max_float(top);
-  const Pivot pivot = chunk_pivot<XT>(first, top, n);
+  for (int h = 16; h >= 1; h /= 2) v += __shfl_xor_sync(0xFFFFFFFFu, v, h);
+  return v;
+}
 
-  double pr[kSlots];
-  double pq[kSlots];
+// ---- a chunk's exact sums, from FP32 arithmetic that rounds nothing ------------------------------------------------
+// Levels: with every |x| of the chunk below 2^(a + 1), a grid 2^g with g = a - 21 holds each x on it as an integer k
+// of fewer than 22 bits, and one FMA finds it: t = x 2^-g + 1.5 2^23 lies in [2^23, 2^24), where FP32's unit is 1,
+// so t is rounded to an integer and bits(t) = bits(1.5 2^23) + k. It is exact (rounds nothing) exactly when x lies on
+// the grid; rounding toward zero and toward +Inf then agree, and they differ otherwise (t is positive). The sums
+// follow from the bits: sum k from a 32-bit sum of bits(t), sum k^2 from a 64-bit sum of bits(t)^2 (every sum modulo
+// 2^32 or 2^64, whose true values are far smaller). An element lies on the grid when its significand's last bit
+// weighs at least 2^g: for 16-bit inputs every element within 14 (BF16) or 11 (FP16) binades of the largest.
+inline constexpr float kMagic = 12582912.0f;  // 1.5 2^23
+inline constexpr u32 kMagicBits = 0x4B400000u;
+inline constexpr int kLaneElements = kSlots * kVec;
+
+__device__ __forceinline__ float fma_rz(float a, float b, float c) { return __fmaf_rz(a, b, c); }
+__device__ __forceinline__ float fma_ru(float a, float b, float c) { return __fmaf_ru(a, b, c); }
+
+// Sum of k and of k^2 over `lanes_elements` values t = bits(1.5 2^23 + k) from their sums modulo 2^32 and 2^64.
+__device__ __forceinline__ void level_sums(u32 sum_t, u64 sum_t2, int elements, i64& sum_k, i64& sum_k2) {
+  const int k = static_cast<int>(sum_t - static_cast<u32>(elements) * kMagicBits);
+  const u64 m = kMagicBits;
+  sum_k = k;
+  sum_k2 = static_cast<i64>(sum_t2 - static_cast<u64>(elements) * m * m - 2ull * m * static_cast<u64>(static_cast<i64>(k)));
+}
+
+// Two levels (gnsilu_exact.cuh: level_grid), for chunks whose elements do not all lie on the one grid, and FP32
+// inputs. A nonzero element on neither grid marks the chunk escaped.
+// CHECK false: the caller knows that the second grid holds every element (FP16 chunks below 2^10, whose second grid
+// is FP16's smallest subnormal, 2^-24).
+template <int XT, bool CHECK = true>
+__device__ __forceinline__ exact::ChunkRecord two_level_chunk(const float (&v)[kSlots][kVec], int a,
+                                                              exact::ChunkRecord r) {
+  const exact::LevelGrid<XT> l = exact::level_grid<XT>(a);
+  const int g = l.g;
+  const int g2 = l.g2;
+  const float pre = pow2f(l.shift);
+  const float s = pow2f(-g);
+  const float s2 = pow2f(-g2);
+  u32 inexact = 0;
+  i64 sum1, sum2, sum11, sum22, sum12 = 0;
+  if constexpr (XT != kFP32) {
+    const float threshold = pow2f(l.threshold);
+    u32 t1_sum = 0, t2_sum = 0;
+    u64 t1_sq = 0, t2_sq = 0;
 #pragma unroll
-  for (int s = 0; s < kSlots; ++s) {
-    float d[kVec];
-    float dd[kVec];
+    for (int i = 0; i < kSlots; ++i) {
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      const int i = (lane + kLanes * s) * kVec + e;
-      d[e] = FULL || n == kChunk || i < n ? centred(v[s][e], pivot) : 0.0f;
-      dd[e] = d[e] * d[e];
+      for (int e = 0; e < kVec; ++e) {
+        const float x = XT == kBF16 ? v[i][e] * pre : v[i][e];
+        const bool high = fabsf(x) >= threshold;
+        const float x1 = high ? x : 0.0f;
+        const float x2 = high ? 0.0f : x;
+        const u32 t1 = bits_of(fma_rz(x1, s, kMagic));  // exact: x1 lies on the grid
+        const u32 t2 = bits_of(fma_rz(x2, s2, kMagic));
+        if constexpr (CHECK) inexact |= t2 ^ bits_of(fma_ru(x2, s2, kMagic));
+        t1_sum += t1;
+        t2_sum += t2;
+        t1_sq += static_cast<u64>(t1) * t1;
+        t2_sq += static_cast<u64>(t2) * t2;
+      }
     }
-    pr[s] = static_cast<double>(tree8(d));
-    pq[s] = static_cast<double>(tree8(dd));
+    level_sums(t1_sum, t1_sq, kLaneElements, sum1, sum11);
+    level_sums(t2_sum, t2_sq, kLaneElements, sum2, sum22);
+  } else {
+    const float step = -pow2f(g);
+    int k1_sum = 0, k2_sum = 0;
+    i64 k11 = 0, k22 = 0, k12 = 0;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const float x = v[i][e] * pre;
+        const float t1 = fmaf(x, s, kMagic);  // nearest: |x - k1 2^g| <= 2^(g - 1)
+        const float rest = fmaf(t1 - kMagic, step, x);  // exact
+        const float t2 = fma_rz(rest, s2, kMagic);
+        inexact |= bits_of(t2) ^ bits_of(fma_ru(rest, s2, kMagic));
+        const int k1 = static_cast<int>(bits_of(t1) - kMagicBits);
+        const int k2 = static_cast<int>(bits_of(t2) - kMagicBits);
+        k1_sum += k1;
+        k2_sum += k2;
+        k11 += static_cast<i64>(k1) * k1;
+        k22 += static_cast<i64>(k2) * k2;
+        k12 += static_cast<i64>(k1) * k2;
+      }
+    }
+    sum1 = k1_sum;
+    sum2 = k2_sum;
+    sum11 = k11;
+    sum22 = k22;
+    sum12 = k12;
   }
-  const SumPair sums =
-      warp_sum_pair(tree_slots(pr[0], pr[1], pr[2], pr[3]), tree_slots(pq[0], pq[1], pq[2], pq[3]), lane);
-  ChunkRecord r;
-  r.r = sums.first;
-  r.c = pivot.c;
-  r.q = sums.second;
-  r.e = pivot.e;
-  r.n = n;
-  r.unused = 0;
+  if (CHECK && __any_sync(0xFFFFFFFFu, inexact != 0)) {
+    r.flags = exact::kEscaped;
+    return r;
+  }
+  sum1 = warp_sum_i64(sum1);
+  sum2 = warp_sum_i64(sum2);
+  sum11 = warp_sum_i64(sum11);
+  sum22 = warp_sum_i64(sum22);
+  if constexpr (XT == kFP32) sum12 = warp_sum_i64(sum12);
+  exact::set_two_levels(r, g, g2, l.shift, sum1, sum2, sum11, sum12, sum22);
   return r;
 }
 
-// A group's statistics from its records. Partial p (of 256) sums records p, p + 256, ... in order; the partials
-// combine pairwise (p with p + 128, then p + 64, ... p + 1). One warp: lane l holds partials l + 32 m, m < 8,
-// combines them in-lane for the first three levels, then across lanes.
-template <typename Term>
-__device__ __forceinline__ double partials_warp(i64 count, int lane, Term term) {
-  double part[8];
-#pragma unroll
-  for (int m = 0; m < 8; ++m) {
-    double acc = 0.0;
-    for (i64 j = lane + 32 * m; j < count; j += kPartials) acc = acc + term(j);
-    part[m] = acc;
+// The chunk's exact sums (gnsilu_exact.cuh: ChunkRecord); every lane returns them. Absent elements are +0 and add
+// nothing, so no element is masked. BF16 chunks whose elements all lie on the one grid (the usual case: every
+// element within 14 binades of the largest, or zero) take two FMAs, a 32-bit and a 64-bit addition an element; other
+// chunks, FP16 chunks below 2^10 and FP32 inputs take two levels.
+template <int XT, bool FULL = false>
+__device__ __forceinline__ exact::ChunkRecord reduce_chunk(const ChunkData<XT>& c, int lane) {
+  (void)lane;
+  float v[kSlots][kVec];
+  chunk_values<XT>(c, v);
+  exact::ChunkRecord r;
+  r.n = static_cast<unsigned short>(FULL ? kChunk : c.n);
+  r.flags = 0;
+  r.s1 = 0;
+  r.s2_lo = r.s2_hi = 0;
+  const u32 top = warp_max(lane_top_bits<XT>(c, v));
+  const int field = static_cast<int>(top >> 23);
+  const int a = (field > 1 ? field : 1) - 127;  // every |x| < 2^(a + 1)
+  r.top = static_cast<short>(a + 1);
+  r.e = static_cast<short>(a + 1);
+  if (top >= 0x7F800000u) {
+    r.flags = exact::kNonfinite;
+    return r;
   }
+  if constexpr (XT == kFP16) {
+    // FP16 chunks below 2^10 (the usual ones): two levels always, the second FP16's own grid (2^-24). One level holds
+    // only the elements within 11 binades of the largest, which half of the chunks of normal data exceed.
+    if (a <= exact::kFP16WholeBelow) return two_level_chunk<XT, false>(v, a, r);
+  }
+  if constexpr (XT != kFP32) {
+    if (a >= exact::kTinyBelow) {
+      const int g = a - 21;
+      const float s = pow2f(-g);
+      u32 t_sum = 0, inexact = 0;
+      u64 t_sq = 0;
 #pragma unroll
-  for (int m = 0; m < 4; ++m) part[m] = part[m] + part[m + 4];
+      for (int i = 0; i < kSlots; ++i) {
 #pragma unroll
-  for (int m = 0; m < 2; ++m) part[m] = part[m] + part[m + 2];
-  return warp_sum(part[0] + part[1]);
+        for (int e = 0; e < kVec; ++e) {
+          const u32 t = bits_of(fma_rz(v[i][e], s, kMagic));
+          inexact |= t ^ bits_of(fma_ru(v[i][e], s, kMagic));
+          t_sum += t;
+          t_sq += static_cast<u64>(t) * t;
+        }
+      }
+      if (!__any_sync(0xFFFFFFFFu, inexact != 0)) {
+        i64 k, k2;
+        level_sums(t_sum, t_sq, kLaneElements, k, k2);
+        r.e = static_cast<short>(g);
+        r.s1 = warp_sum_i64(k);
+        r.s2_lo = static_cast<u64>(warp_sum_i64(k2));
+        return r;
+      }
+    }
+  }
+  return two_level_chunk<XT>(v, a, r);
 }
 
-__device__ __forceinline__ GroupStats group_stats_warp(const ChunkRecord* records, i64 count, i64 length,
-                                                       double eps, int lane) {
-  int max_e = -1000;
-  for (i64 j = lane; j < count; j += kLanes) max_e = records[j].e > max_e ? records[j].e : max_e;
-  max_e = warp_max(max_e);
-  const double sum = partials_warp(count, lane, [&](i64 j) { return record_sum(records[j]); });
-  const double mean = div64(sum, static_cast<double>(length));
-  const double squares = partials_warp(
-      count, lane, [&](i64 j) { return record_squares(records[j], mean); });
-  return group_stats(sum, squares, length, max_e, eps);
+// ---- a group's statistics: its chunk records merged exactly ---------------------------------------------------
+// Where element (sample, channel, pixel) of x lies in the layout.
+template <int LAYOUT>
+__device__ __forceinline__ i64 element_offset(const Params& p, i64 sample, i64 channel, i64 pixel) {
+  if constexpr (LAYOUT == kChannelsLast) return (sample * p.s + pixel) * p.c + channel;
+  else return (sample * p.c + channel) * p.s + pixel;
 }
 
-// The same with a block of 256 threads: thread t holds partial t; shared memory for the levels 128 to 32, a
-// butterfly for 16 to 1. Every thread of the block returns the result.
-template <typename Term>
-__device__ __forceinline__ double partials_block(i64 count, double* shared, Term term) {
-  const int t = threadIdx.x;
-  double acc = 0.0;
-  // Eight terms computed (their records loaded) before they are added in order, so that the loads overlap.
-  // (Measured: no change on the H200, where this kernel is bound by its chain of instructions, not by loads.)
-  constexpr int kBatch = 8;
-  i64 j = t;
-  for (; j + (kBatch - 1) * kPartials < count; j += kBatch * kPartials) {
-    double terms[kBatch];
+// A warp's combined sums (warp_combine), for the block's thread 0 to merge.
+struct WarpSums {
+  exact::Wide s1, s2;
+  i64 weight, count, nonfinite;
+  int e, top;
+};
+inline constexpr int kMaxMergeWarps = 32;
+
+struct MergeShared {
+  exact::Record total;     // sums that did not stay in registers (rare), and the slow path's record
+  exact::Scratch scratch;
+  WarpSums warp[kMaxMergeWarps];
+  int escaped;
+  int spilled;             // something was added to `total`
+  GroupStats stats;
+};
+
+// Additions into the block's shared record, with 64-bit integer atomics: exact, so the order of the threads changes
+// no bit.
+struct SharedWord {
+  unsigned long long* word;
+  __device__ void operator()(int, i64 d) const { atomicAdd(word, static_cast<unsigned long long>(d)); }
+};
+struct SharedLimbs {
+  unsigned long long* limb;
+  __device__ void operator()(int k, i64 d) const { atomicAdd(limb + k, static_cast<unsigned long long>(d)); }
+};
+__device__ __forceinline__ exact::Sink<SharedWord, SharedLimbs, SharedLimbs> shared_sink(exact::Record& r) {
+  return {SharedWord{reinterpret_cast<unsigned long long*>(&r.count)},
+          SharedWord{reinterpret_cast<unsigned long long*>(&r.nonfinite)},
+          SharedLimbs{reinterpret_cast<unsigned long long*>(r.sum)},
+          SharedLimbs{reinterpret_cast<unsigned long long*>(r.squares)}};
+}
+
+// A warp's running sums combined into one (in every lane), then written to the warp's slot by lane 0. Lanes whose sums
+// do not fit a common unit (gnsilu_exact.cuh: acc_fits; rare) add their own to the block's record instead.
+__device__ __forceinline__ int warp_min(int v) {
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) terms[b] = term(j + b * kPartials);
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) acc = acc + terms[b];
+  for (int h = 16; h >= 1; h /= 2) {
+    const int o = __shfl_xor_sync(0xFFFFFFFFu, v, h);
+    v = o < v ? o : v;
   }
-  for (; j < count; j += kPartials) acc = acc + term(j);
-  shared[t] = acc;
+  return v;
+}
+__device__ __forceinline__ exact::Wide warp_sum_wide(exact::Wide v) {
+#pragma unroll
+  for (int h = 16; h >= 1; h /= 2) {
+    const exact::Wide o{__shfl_xor_sync(0xFFFFFFFFu, v.lo, h), __shfl_xor_sync(0xFFFFFFFFu, v.hi, h)};
+    v = exact::wide_add(v, o);
+  }
+  return v;
+}
+template <typename S>
+__device__ __forceinline__ void warp_combine(exact::Accumulator& acc, const S& sink, WarpSums& slot, int& spilled,
+                                             int lane) {
+  const bool any = acc.weight != 0;
+  const int e = warp_min(any ? acc.e : 1 << 20);
+  const int top = warp_max(any ? acc.top : -(1 << 20));
+  const i64 weight = warp_sum_i64(acc.weight);
+  const i64 count = warp_sum_i64(acc.count);
+  const i64 nonfinite = warp_sum_i64(acc.nonfinite);
+  exact::Wide s1{0, 0}, s2{0, 0};
+  i64 kept = 0;
+  if (weight != 0 && exact::acc_fits(top, e, weight)) {
+    s1 = warp_sum_wide(any ? exact::wide_shl(acc.s1, acc.e - e) : exact::Wide{0, 0});
+    s2 = warp_sum_wide(any ? exact::wide_shl(acc.s2, 2 * (acc.e - e)) : exact::Wide{0, 0});
+    kept = weight;
+  } else if (weight != 0) {
+    exact::acc_flush_sums(acc, sink);  // each lane its own
+    spilled = 1;                       // every writer writes 1
+  }
+  if (lane == 0) slot = WarpSums{s1, s2, kept, count, nonfinite, e, top};
+  exact::acc_clear(acc);
+}
+
+// Group `group`'s statistics from its `count` chunk records (record_at(j): record j), by a block of THREADS threads:
+// each sums its share of the records in registers (exact::Accumulator), each warp combines its threads' sums and adds
+// them into the block's shared record; the elements of escaped chunks (gnsilu_exact.cuh) are then read from x and
+// added the same way. Every thread returns the result.
+template <int XT, int LAYOUT, int THREADS, typename RecordAt>
+__device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 group, i64 count, RecordAt record_at,
+                                                         MergeShared& sh) {
+  static_assert(THREADS % 32 == 0 && THREADS / 32 <= kMaxMergeWarps, "whole warps, at most kMaxMergeWarps");
+  constexpr int kWarps = THREADS / 32;
+  const int t = static_cast<int>(threadIdx.x);
+  const int lane = t & 31;
+  const int warp = t >> 5;
+  for (int i = t; i < exact::kRecordWords; i += THREADS) (&sh.total.count)[i] = 0;
+  if (t == 0) sh.escaped = sh.spilled = 0;
   __syncthreads();
-#pragma unroll
-  for (int h = kPartials / 2; h >= 32; h /= 2) {
-    if (t < h) shared[t] = shared[t] + shared[t + h];
+  const auto sink = shared_sink(sh.total);
+  exact::Accumulator acc;
+  exact::acc_clear(acc);
+  bool escaped = false;
+  for (i64 j = t; j < count; j += THREADS) escaped |= !exact::acc_add_chunk(acc, record_at(j), sink);
+  warp_combine(acc, sink, sh.warp[warp], sh.spilled, lane);
+  if (escaped) sh.escaped = 1;  // every writer writes 1
+  __syncthreads();
+  if (sh.escaped != 0) {
+    // Rare: chunks with an element on neither level, summed element by element into the block's record.
+    const i64 sample = group / p.g;
+    const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
+    for (i64 j = 0; j < count; ++j) {
+      const exact::ChunkRecord r = record_at(j);  // the same record for every thread: a uniform loop
+      if ((r.flags & exact::kNonfinite) != 0 || (r.flags & exact::kEscaped) == 0) continue;
+      const ChunkPlace place = chunk_place(p.s, p.channels_per_group, j);
+      const i64 n = place.channels * place.pixels;
+      for (i64 i = t; i < n; i += THREADS) {
+        const i64 k = i / place.pixels;
+        const i64 q = i - k * place.pixels;
+        const i64 at =
+            element_offset<LAYOUT>(p, sample, first_channel + place.first_channel + k, place.first_pixel + q);
+        exact::acc_add_element(acc, bits_of(load_element<XT>(p.x, at)), sink);
+      }
+    }
+    exact::acc_flush(acc, sink);
+    if (t == 0) sh.spilled = 1;
     __syncthreads();
   }
-  double v = t < 32 ? shared[t] : 0.0;
-  if (t < 32) v = warp_sum(v);
+  if (t == 0) {
+    // The warps' sums into one accumulator; held whole (the usual case), the statistics come from it directly.
+    const auto own = exact::sink_of(sh.total);  // thread 0 alone now: plain additions
+    exact::Accumulator total;
+    exact::acc_clear(total);
+    int low = 1 << 20, high = -(1 << 20);
+    i64 weight = 0;
+    for (int w = 0; w < kWarps; ++w) {
+      if (sh.warp[w].weight == 0) continue;
+      low = sh.warp[w].e < low ? sh.warp[w].e : low;
+      high = sh.warp[w].top > high ? sh.warp[w].top : high;
+      weight += sh.warp[w].weight;
+    }
+    const bool whole = sh.spilled == 0 && (weight == 0 || exact::acc_fits(high, low, weight));
+    for (int w = 0; w < kWarps; ++w) {
+      const WarpSums& ws = sh.warp[w];
+      total.count += ws.count;
+      total.nonfinite += ws.nonfinite;
+      if (ws.weight != 0) exact::acc_add(total, ws.e, ws.top, ws.weight, ws.s1, ws.s2, own);
+    }
+    if (!whole || !exact::stats_from_sums(total, p.eps, sh.stats)) {
+      exact::acc_flush(total, own);
+      sh.stats = exact::group_stats(sh.total, p.eps, sh.scratch);
+    }
+  }
   __syncthreads();
-  if (t == 0) shared[0] = v;
-  __syncthreads();
-  const double out = shared[0];
-  __syncthreads();
-  return out;
+  const GroupStats s = sh.stats;
+  __syncthreads();  // sh is rewritten for the next group
+  return s;
 }
 
 __device__ __forceinline__ RowConstants channel_constants(const Params& p, const GroupStats& s, i64 channel) {
@@ -684,8 +892,9 @@ __device__ __forceinline__ void allow_next_kernel() {
 // The record of a loaded chunk, stored by lane 0. FULL: every chunk is full; otherwise a full chunk still takes
 // the unmasked reduction (a branch uniform over the warp), and only the end of a row or group is masked.
 template <int XT, bool FULL>
-__device__ __forceinline__ void finish_chunk(const ChunkData<XT>& c, i64 chunk, int lane, ChunkRecord* records) {
-  const ChunkRecord r = FULL || c.n == kChunk ? reduce_chunk<XT, true>(c, lane) : reduce_chunk<XT, false>(c, lane);
+__device__ __forceinline__ void finish_chunk(const ChunkData<XT>& c, i64 chunk, int lane,
+                                             exact::ChunkRecord* records) {
+  const exact::ChunkRecord r = reduce_chunk<XT, FULL>(c, lane);
   if (lane == 0) records[chunk] = r;
 }
 
@@ -700,7 +909,7 @@ __device__ __forceinline__ void chunk_stats_warp(const Params& p) {
   const int lane = threadIdx.x & 31;
   const i64 stride = static_cast<i64>(gridDim.x) * WARPS;
   const i64 total = p.chunks_total;
-  ChunkRecord* records = static_cast<ChunkRecord*>(p.records);
+  exact::ChunkRecord* records = static_cast<exact::ChunkRecord*>(p.records);
   const auto load = [&](i64 chunk, ChunkData<XT>& c) {
     if constexpr (LOAD == kLoadFull) load_full_chunk<XT>(p, chunk, lane, c);
     else if constexpr (LOAD == kLoadRun) load_chunk<XT>(p, chunk, lane, c);
@@ -893,7 +1102,7 @@ __device__ __forceinline__ void reduce_tile(const Params& p, const u32* tile, i6
   const int lane = threadIdx.x & 31;
   const int shift = log2_small(p.cl_slice_vectors);
   const int slice_channels = p.cl_slice_vectors * T::kChannelsPerVector;
-  ChunkRecord* records = static_cast<ChunkRecord*>(p.records);
+  exact::ChunkRecord* records = static_cast<exact::ChunkRecord*>(p.records);
   for (int c = static_cast<int>(threadIdx.x) / 32; c < slice_channels; c += WARPS) {
     ChunkData<XT> d;
     tile_chunk<XT>(tile, c, shift, pixels, lane, d);
@@ -965,124 +1174,24 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(con
   }
 }
 
-// The tree's last levels once the 256 partials are in shared memory: warp 0 combines p with p + 128, p + 64 and
-// p + 32 in its lanes' registers (lane l holds partials l + 32 m, as partials_warp), then the butterfly; the same
-// pairs in the same order as partials_block. Lanes of warp 0 return the result.
-__device__ __forceinline__ double combine_partials_warp0(const double* shared, int lane) {
-  double v[8];
-#pragma unroll
-  for (int m = 0; m < 8; ++m) v[m] = shared[lane + 32 * m];
-#pragma unroll
-  for (int m = 0; m < 4; ++m) v[m] = v[m] + v[m + 4];
-#pragma unroll
-  for (int m = 0; m < 2; ++m) v[m] = v[m] + v[m + 2];
-  return warp_sum(v[0] + v[1]);
-}
-
-// A group's statistics when each of the 256 threads can hold its records (t, t + 256, ... : at most K) in
-// registers: partial t's chain is this thread's, the records are loaded once for both passes, and the tree's
-// levels 128 to 32 run in warp 0's registers. The same terms, chains and tree as partials_block, so the same
-// bits; fewer loads, barriers and instructions on the path (finalize is latency-bound). Every thread returns it.
-struct FinalizeCache {
-  double partials[kPartials];
-  int max_e[kPartials / 32];
-  double sum;
-  GroupStats stats;
-};
-template <int K>
-__device__ __forceinline__ GroupStats group_stats_cached(const ChunkRecord* records, i64 count, i64 length, double eps,
-                                                         FinalizeCache& sh) {
-  const int t = threadIdx.x;
-  const int lane = t & 31;
-  ChunkRecord r[K];
-#pragma unroll
-  for (int m = 0; m < K; ++m) {
-    if (t + kPartials * m < count) r[m] = records[t + kPartials * m];
-  }
-  int max_e = -1000;
-  double acc = 0.0;
-#pragma unroll
-  for (int m = 0; m < K; ++m) {
-    const i64 j = t + kPartials * m;
-    if (j < count) {
-      max_e = r[m].e > max_e ? r[m].e : max_e;
-      acc = acc + record_sum(r[m]);
-    }
-  }
-  max_e = warp_max(max_e);  // a maximum: the order does not matter
-  if (lane == 0) sh.max_e[t / 32] = max_e;
-  sh.partials[t] = acc;
-  __syncthreads();
-  if (t < 32) {
-    const double total = combine_partials_warp0(sh.partials, lane);
-    if (lane == 0) sh.sum = total;
-  }
-  __syncthreads();
-  const double sum = sh.sum;
-  const double mean = div64(sum, static_cast<double>(length));
-  double acc2 = 0.0;
-#pragma unroll
-  for (int m = 0; m < K; ++m) {
-    const i64 j = t + kPartials * m;
-    if (j < count) acc2 = acc2 + record_squares(r[m], mean);
-  }
-  sh.partials[t] = acc2;
-  __syncthreads();
-  if (t < 32) {
-    const double squares = combine_partials_warp0(sh.partials, lane);
-    int e = -1000;
-#pragma unroll
-    for (int w = 0; w < kPartials / 32; ++w) e = sh.max_e[w] > e ? sh.max_e[w] : e;
-    const GroupStats g = group_stats(sum, squares, length, e, eps);
-    __syncwarp();
-    if (lane == 0) sh.stats = g;
-  }
-  __syncthreads();
-  const GroupStats g = sh.stats;
-  __syncthreads();  // everyone has read the shared values before the next group writes them
-  return g;
-}
-
-// One block of 256 threads per group (a grid-stride loop over the groups). Groups of at most 16 x 256 records
-// (4 Mi elements) keep their records in registers (group_stats_cached); larger ones read them twice.
+// One block of 256 threads per group (a grid-stride loop over the groups): the group's chunk records merged
+// exactly (merged_group_stats), then its channels' constants.
+template <int XT, int LAYOUT>
 __global__ void __launch_bounds__(kPartials) finalize(const Params p) {
-  __shared__ double shared[kPartials];
-  __shared__ int max_shared;
-  __shared__ FinalizeCache cache;
+  __shared__ MergeShared sh;
   allow_next_kernel();
   wait_for_previous_kernel();
   const i64 count = p.chunks_per_group;
-  const i64 length = p.group_length;
   for (i64 group = blockIdx.x; group < p.groups_total; group += gridDim.x) {
-    const ChunkRecord* records = static_cast<const ChunkRecord*>(p.records) + group * count;
-    GroupStats s;
-    if (count <= kPartials) {
-      s = group_stats_cached<1>(records, count, length, p.eps, cache);
-    } else if (count <= 4 * kPartials) {
-      s = group_stats_cached<4>(records, count, length, p.eps, cache);
-    } else if (count <= 16 * kPartials) {
-      s = group_stats_cached<16>(records, count, length, p.eps, cache);
-    } else {
-      if (threadIdx.x == 0) max_shared = -1000;
-      __syncthreads();
-      int max_e = -1000;
-#pragma unroll 8
-      for (i64 j = threadIdx.x; j < count; j += kPartials) max_e = records[j].e > max_e ? records[j].e : max_e;
-      atomicMax(&max_shared, max_e);  // a maximum: the order does not matter
-      const double sum =
-          partials_block(count, shared, [&](i64 j) { return record_sum(records[j]); });
-      const double mean = div64(sum, static_cast<double>(length));
-      const double squares = partials_block(
-          count, shared, [&](i64 j) { return record_squares(records[j], mean); });
-      s = group_stats(sum, squares, length, max_shared, p.eps);
-    }
+    const exact::ChunkRecord* records = static_cast<const exact::ChunkRecord*>(p.records) + group * count;
+    const GroupStats s =
+        merged_group_stats<XT, LAYOUT, kPartials>(p, group, count, [&](i64 j) { return records[j]; }, sh);
     const i64 sample = group / p.g;
     const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
     RowConstants* rows = static_cast<RowConstants*>(p.rows);
     for (i64 k = threadIdx.x; k < p.channels_per_group; k += kPartials) {
       rows[sample * p.c + first_channel + k] = channel_constants(p, s, first_channel + k);
     }
-    __syncthreads();  // max_shared is reset for the next group
   }
 }
 
@@ -1162,9 +1271,9 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
   static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
   constexpr int kThreads = WARPS * 32;
   constexpr int kVecs = vectors_per_step<XT, EPL, true>();
-  __shared__ ChunkRecord records[kFusedMaxChunks];
+  __shared__ exact::ChunkRecord records[kFusedMaxChunks];
   __shared__ RowConstants rows[kFusedMaxChannels];
-  __shared__ GroupStats stats;
+  __shared__ MergeShared merge;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x / 32;
   const int chunks = static_cast<int>(p.chunks_per_group);
@@ -1176,15 +1285,12 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
       ChunkData<XT> c;
       if constexpr (LAYOUT == kChannelsLast) load_gathered_chunk<XT>(p, group * chunks + j, lane, c);
       else load_chunk<XT>(p, group * chunks + j, lane, c);
-      const ChunkRecord r = reduce_chunk<XT>(c, lane);
+      const exact::ChunkRecord r = reduce_chunk<XT>(c, lane);
       if (lane == 0) records[j] = r;
     }
     __syncthreads();
-    if (warp == 0) {
-      const GroupStats g = group_stats_warp(records, chunks, length, p.eps, lane);
-      if (lane == 0) stats = g;
-    }
-    __syncthreads();
+    const GroupStats stats =
+        merged_group_stats<XT, LAYOUT, kThreads>(p, group, chunks, [&](i64 j) { return records[j]; }, merge);
     const i64 sample = group / p.g;
     const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
     for (int k = threadIdx.x; k < channels; k += kThreads) rows[k] = channel_constants(p, stats, first_channel + k);

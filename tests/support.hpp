@@ -102,6 +102,8 @@ enum class Data {
   WithNaN,         // N(0, 1) with a NaN in group 0
   WithInf,         // N(0, 1) with +Inf in group 0
   Constant,        // one value per group
+  WideRange,       // N(0, 1) times 2^k, k uniform over 50 binades (26 in FP16): chunks of every kind of the exact
+                   // statistics (one level, two levels, summed element by element)
 };
 
 inline const char* data_name(Data d) {
@@ -114,6 +116,7 @@ inline const char* data_name(Data d) {
     case Data::WithNaN: return "NaN in group 0";
     case Data::WithInf: return "Inf in group 0";
     case Data::Constant: return "constant groups";
+    case Data::WideRange: return "magnitudes over 50 binades";
   }
   return "?";
 }
@@ -132,6 +135,9 @@ inline HostTensor make_input(DType dtype, std::size_t n, std::size_t group_lengt
       case Data::Subnormal: v = subnormal_scale * v; break;
       case Data::Huge: v = huge_scale * v; break;
       case Data::Constant: v = 0.5f + static_cast<float>(group_length ? i / group_length : 0); break;
+      case Data::WideRange:
+        v = std::ldexp(v, dtype == DType::FP16 ? static_cast<int>(rng() % 26) - 20 : static_cast<int>(rng() % 50) - 40);
+        break;
       default: break;
     }
     t.set(i, v);

@@ -291,8 +291,10 @@ TEST_CASE("a thread's running sums (exact::Accumulator) give the record of eleme
   }
   v[77] = std::numeric_limits<float>::infinity();
   const Record expected = record_of(v);
-  for (int window : {0, 3, 24}) {
-    for (int budget : {1, 7, 1 << 16}) {
+  // Each element added with a looser bound than its own (top raised by `slack`, counted as `weight` elements), which
+  // moves the flushes and the units but no bit.
+  for (int slack : {0, 3, 24}) {
+    for (int weight : {1, 7, 1 << 16}) {
       Record r;
       gnsilu::exact::clear(r);
       const auto sink = gnsilu::exact::sink_of(r);
@@ -305,83 +307,180 @@ TEST_CASE("a thread's running sums (exact::Accumulator) give the record of eleme
           gnsilu::exact::acc_add_element(acc, b, sink);
           continue;
         }
-        // The element's own decomposition, through acc_add with this window and budget.
+        // The element's own decomposition, through acc_add with this bound.
         const uint32_t field = m >> 23;
         const uint64_t mant = field ? ((m & 0x7FFFFFu) | 0x800000u) : m;
         const int e = (field ? static_cast<int>(field) : 1) - 150;
         acc.count += 1;
-        gnsilu::exact::acc_add(acc, e, (b >> 31) ? -static_cast<int64_t>(mant) : static_cast<int64_t>(mant),
-                               gnsilu::exact::Wide{mant * mant, 0}, window, budget, sink);
+        gnsilu::exact::acc_add(acc, e, e + 24 + slack, weight,
+                               gnsilu::exact::wide_of((b >> 31) ? -static_cast<int64_t>(mant) : static_cast<int64_t>(mant)),
+                               gnsilu::exact::Wide{mant * mant, 0}, sink);
       }
       gnsilu::exact::acc_flush(acc, sink);
-      CHECK_MESSAGE(same(r, expected), "window " << window << ", budget " << budget);
+      CHECK_MESSAGE(same(r, expected), "slack " << slack << ", weight " << weight);
     }
   }
 }
 
-TEST_CASE("chunk records: the levels' sums in their units give the chunk's exact record") {
-  // A chunk record built as the kernels build it (bf16 values, the largest |x| setting the levels), deposited, against
-  // the elements added one by one.
-  using gnsilu::exact::ChunkRecord;
+// A chunk's record as reduce_chunk (kernels/group_norm_silu.cu) builds it, from the same level geometry
+// (exact::level_grid, exact::set_two_levels), with the FMAs' integers found in FP64 instead (x 2^-g is exact there):
+// the model checks the bounds the kernel relies on (|k| < 2^22, the record's span) as it goes.
+template <int XT>
+gnsilu::exact::ChunkRecord model_chunk(const std::vector<float>& v) {
+  namespace ex = gnsilu::exact;
+  ex::ChunkRecord r{};
+  r.n = static_cast<unsigned short>(v.size());
+  uint32_t top = 0;
+  for (float f : v) top = std::max(top, bits(f) & 0x7FFFFFFFu);
+  const int field = static_cast<int>(top >> 23);
+  const int a = std::max(field, 1) - 127;
+  r.top = static_cast<short>(a + 1);
+  if (top >= 0x7F800000u) {
+    r.flags = ex::kNonfinite;
+    return r;
+  }
+  const auto integral = [](double y) { return y == std::floor(y); };
+  const bool fp16_whole = XT == 2 && a <= ex::kFP16WholeBelow;  // two levels, and the second holds every element
+  if (XT != 3 && !fp16_whole && a >= ex::kTinyBelow) {
+    const int g = a - 21;
+    bool all = true;
+    int64_t s1 = 0, s2 = 0;
+    for (float f : v) {
+      const double y = std::ldexp(static_cast<double>(f), -g);
+      REQUIRE(std::fabs(y) < 4194304.0);
+      if (!integral(y)) {
+        all = false;
+        break;
+      }
+      s1 += static_cast<int64_t>(y);
+      s2 += static_cast<int64_t>(y) * static_cast<int64_t>(y);
+    }
+    if (all) {
+      r.e = static_cast<short>(g);
+      r.s1 = s1;
+      r.s2_lo = static_cast<uint64_t>(s2);
+      return r;
+    }
+  }
+  const ex::LevelGrid<XT> l = ex::level_grid<XT>(a);
+  REQUIRE(l.g2 <= l.g);
+  REQUIRE(l.g - l.g2 <= 22);
+  int64_t sum1 = 0, sum2 = 0, sum11 = 0, sum12 = 0, sum22 = 0;
+  for (float f : v) {
+    const double x = std::ldexp(static_cast<double>(f), l.shift);
+    double k1, rest;
+    if (XT != 3) {
+      const bool high = std::fabs(x) >= std::ldexp(1.0, l.threshold);
+      k1 = high ? std::ldexp(x, -l.g) : 0.0;
+      REQUIRE(integral(k1));  // the first grid holds every element above the threshold
+      rest = high ? 0.0 : x;
+    } else {
+      k1 = std::nearbyint(std::ldexp(x, -l.g));  // as the FMA rounds: to nearest, ties to even
+      rest = x - std::ldexp(k1, l.g);            // exact in FP64
+    }
+    REQUIRE(std::fabs(k1) <= 4194304.0);
+    const double k2 = std::ldexp(rest, -l.g2);
+    REQUIRE(std::fabs(k2) < 4194304.0);
+    if (!integral(k2)) {
+      REQUIRE_FALSE(fp16_whole);
+      r.flags = ex::kEscaped;
+      return r;
+    }
+    const auto i1 = static_cast<int64_t>(k1), i2 = static_cast<int64_t>(k2);
+    sum1 += i1;
+    sum2 += i2;
+    sum11 += i1 * i1;
+    sum12 += i1 * i2;
+    sum22 += i2 * i2;
+  }
+  ex::set_two_levels(r, l.g, l.g2, l.shift, sum1, sum2, sum11, sum12, sum22);
+  REQUIRE(r.top - r.e <= ex::kMaxChunkSpan);
+  return r;
+}
+
+uint16_t fp16_bits_of(float f) { return gnsilu::math::float_to_fp16(f); }
+float fp16(float f) { return gnsilu::math::fp16_to_float(fp16_bits_of(f)); }
+
+TEST_CASE("chunk records: the levels' integer sums give the chunk's exact record, in every input format") {
+  namespace ex = gnsilu::exact;
   std::mt19937_64 random(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int trial = 0; trial < 200; ++trial) {
+  int one_grid = 0, two_levels = 0, escaped = 0, nonfinite = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int format = 1 + trial % 3;  // 1 bf16, 2 fp16, 3 fp32
     std::vector<float> v(1 + random() % 1024);
-    const int spread = static_cast<int>(random() % 40);
-    for (auto& f : v) f = bf16(std::ldexp(normal(random), static_cast<int>(random() % (spread + 1)) - spread / 2));
-    float top = 0.0f;
-    for (float f : v) top = std::max(top, std::fabs(f));
-    const int a = static_cast<int>(bits(top) >> 23);
-    using L = gnsilu::exact::Levels<1>;
-    const int high = std::max(a - L::kSpan, 1), low = std::max(a - 2 * L::kSpan, 1);
-    const float t_high = high > 1 ? std::ldexp(1.0f, high - 127) : 0.0f;
-    const float t_low = low > 1 ? std::ldexp(1.0f, low - 127) : 0.0f;
-    ChunkRecord c{};
-    c.n = static_cast<unsigned short>(v.size());
-    c.e1 = static_cast<short>(low - 126 - L::kSignificand);
-    c.e2h = static_cast<short>(high - 126 - L::kSignificand);
-    // As a warp does it: each lane's 32 elements summed in FP64 (exact within the levels), then integers.
-    bool escaped = false;
-    int64_t i1 = 0, i2h = 0, i2l = 0;
-    for (std::size_t lane = 0; lane * 32 < v.size(); ++lane) {
-      double s1 = 0, s2h = 0, s2l = 0;
-      for (std::size_t i = lane * 32; i < std::min(v.size(), lane * 32 + 32); ++i) {
-        const float f = v[i];
-        const double x = f;
-        s1 += x;
-        if (std::fabs(f) >= t_high) s2h = std::fma(x, x, s2h);
-        else if (std::fabs(f) >= t_low) s2l = std::fma(x, x, s2l);
-        else if (f != 0.0f) escaped = true;
-      }
-      if (escaped) break;  // the kernel would not convert: the chunk is summed element by element
-      REQUIRE(std::ldexp(s1, -(low - 126 - L::kSignificand)) == std::nearbyint(std::ldexp(s1, -(low - 126 - L::kSignificand))));
-      i1 += static_cast<int64_t>(std::ldexp(s1, -(low - 126 - L::kSignificand)));
-      i2h += static_cast<int64_t>(std::ldexp(s2h, -2 * (high - 126 - L::kSignificand)));
-      i2l += static_cast<int64_t>(std::ldexp(s2l, -2 * (low - 126 - L::kSignificand)));
-      REQUIRE(s2h < std::ldexp(1.0, 53 + 2 * (high - 126 - L::kSignificand)));  // below 2^53 units: exact
+    const int spread = static_cast<int>(random() % 48);
+    const int centre = trial % 7 == 0 ? -110 - static_cast<int>(random() % 30) : static_cast<int>(random() % 40) - 20;
+    for (auto& f : v) {
+      const float x = random() % 11 == 0 ? 0.0f
+                                         : std::ldexp(normal(random), centre + static_cast<int>(random() % (spread + 1)) - spread / 2);
+      f = format == 1 ? bf16(x) : format == 2 ? fp16(x) : x;
+      if (!std::isfinite(f)) f = 0.0f;
     }
+    if (trial % 97 == 5) v[random() % v.size()] = trial % 2 ? std::numeric_limits<float>::infinity() : std::nanf("");
+    const ex::ChunkRecord c = format == 1 ? model_chunk<1>(v) : format == 2 ? model_chunk<2>(v) : model_chunk<3>(v);
     Record from_chunk;
-    gnsilu::exact::clear(from_chunk);
-    if (escaped) {
-      c.flags = gnsilu::exact::kEscaped;
-      CHECK_FALSE(gnsilu::exact::deposit_chunk(from_chunk, c));
+    ex::clear(from_chunk);
+    if (c.flags & ex::kEscaped) {
+      ++escaped;
+      CHECK_FALSE(ex::deposit_chunk(from_chunk, c));
       continue;
     }
-    c.s1 = i1;
-    c.s2h = i2h;
-    c.s2l = i2l;
-    CHECK(gnsilu::exact::deposit_chunk(from_chunk, c));
-    CHECK_MESSAGE(same(from_chunk, record_of(v)), "trial " << trial);
+    if (c.flags & ex::kNonfinite) ++nonfinite;
+    else if (c.top - c.e <= 22) ++one_grid;
+    else ++two_levels;
+    CHECK(ex::deposit_chunk(from_chunk, c));
+    if (c.flags & ex::kNonfinite) {
+      // Its sums do not matter (the group's statistics are NaN): only the counts.
+      const Record elements = record_of(v);
+      CHECK(from_chunk.count == elements.count);
+      CHECK(from_chunk.nonfinite == 1);
+      CHECK(elements.nonfinite >= 1);
+      continue;
+    }
+    CHECK_MESSAGE(same(from_chunk, record_of(v)), "trial " << trial << " format " << format);
     // And through a thread's running sums.
     Record through;
-    gnsilu::exact::clear(through);
-    const auto sink = gnsilu::exact::sink_of(through);
-    gnsilu::exact::Accumulator acc;
-    gnsilu::exact::acc_clear(acc);
-    CHECK(gnsilu::exact::acc_add_chunk(acc, c, sink));
-    gnsilu::exact::acc_flush(acc, sink);
+    ex::clear(through);
+    const auto sink = ex::sink_of(through);
+    ex::Accumulator acc;
+    ex::acc_clear(acc);
+    CHECK(ex::acc_add_chunk(acc, c, sink));
+    ex::acc_flush(acc, sink);
     CHECK(same(through, from_chunk));
   }
+  MESSAGE("chunks: " << one_grid << " on one grid, " << two_levels << " on two levels, " << escaped << " escaped, "
+                     << nonfinite << " nonfinite");
+  CHECK(one_grid > 300);
+  CHECK(two_levels > 300);
+  CHECK(escaped > 10);
+  CHECK(nonfinite > 10);
+}
+
+TEST_CASE("chunk records of many chunks merge through thread sums and warp-style combination to the same record") {
+  // Records of very different units (tiny chunks next to large ones) through one Accumulator, with flushes.
+  namespace ex = gnsilu::exact;
+  std::mt19937_64 random(8);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> all;
+  Record through;
+  ex::clear(through);
+  const auto sink = ex::sink_of(through);
+  ex::Accumulator acc, other;
+  ex::acc_clear(acc);
+  ex::acc_clear(other);
+  for (int chunk = 0; chunk < 400; ++chunk) {
+    std::vector<float> v(1024);
+    const int centre = static_cast<int>(random() % 200) - 120;
+    for (auto& f : v) f = bf16(std::ldexp(normal(random), centre));
+    const ex::ChunkRecord c = model_chunk<1>(v);
+    if (c.flags != 0) continue;
+    all.insert(all.end(), v.begin(), v.end());
+    CHECK(ex::acc_add_chunk(chunk % 2 ? acc : other, c, sink));
+  }
+  ex::acc_merge(acc, other, sink);
+  ex::acc_flush(acc, sink);
+  CHECK(same(through, record_of(all)));
 }
 
 TEST_CASE("the rounding decided from the double-double estimate is the exact one, and undecided cases fall back") {
@@ -452,4 +551,53 @@ TEST_CASE("the estimate decides the usual groups by itself") {
   }
   MESSAGE(decided_both << " of " << total << " groups decided by the estimate");
   CHECK(decided_both >= total - 5);
+}
+
+TEST_CASE("statistics straight from a thread's sums are group_stats' bits, or declined") {
+  // Random groups (bf16 values over many binades, offsets, constants) summed into one Accumulator without a flush:
+  // stats_from_sums gives the bits group_stats gives from the record of the same elements, or declines (constants,
+  // and offsets that dwarf the spread, leave the estimate undecided: the kernels then take the record).
+  namespace ex = gnsilu::exact;
+  std::mt19937_64 random(23);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  int decided = 0, declined = 0;
+  for (int trial = 0; trial < 1500; ++trial) {
+    const std::size_t n = 1 + random() % 2000;
+    const double offset = trial % 3 == 0 ? 0.0 : std::ldexp(normal(random), static_cast<int>(random() % 40) - 20);
+    const int spread = static_cast<int>(random() % 60) - 40;
+    std::vector<float> v(n, trial % 50 == 7 ? 0.75f : 0.0f);
+    if (trial % 50 != 7) {
+      for (auto& f : v) {
+        f = bf16(static_cast<float>(offset + std::ldexp(normal(random), spread)));
+        if (!std::isfinite(f)) f = 0.0f;
+      }
+    }
+    if (trial % 101 == 3) v[0] = std::nanf("");
+    Record record;
+    ex::clear(record);
+    const auto sink = ex::sink_of(record);
+    ex::Accumulator acc;
+    ex::acc_clear(acc);
+    for (float f : v) ex::acc_add_element(acc, bits(f), sink);
+    bool flushed = false;  // some sums went to the record: not the case under test
+    for (int64_t limb : record.sum) flushed |= limb != 0;
+    for (int64_t limb : record.squares) flushed |= limb != 0;
+    if (flushed) continue;
+    gnsilu::math::GroupStats fast{};
+    const bool ok = ex::stats_from_sums(acc, 1e-5, fast);
+    Record whole = record_of(v);
+    ex::Scratch scratch;
+    const gnsilu::math::GroupStats exact = ex::group_stats(whole, 1e-5, scratch);
+    if (!ok) {
+      ++declined;
+      continue;
+    }
+    ++decided;
+    CHECK(std::memcmp(&fast.mean, &exact.mean, sizeof(double)) == 0);
+    CHECK(std::memcmp(&fast.rstd, &exact.rstd, sizeof(double)) == 0);
+    CHECK(bits(fast.mean32) == bits(exact.mean32));
+    CHECK(fast.apply_e == exact.apply_e);
+  }
+  MESSAGE(decided << " groups decided from the sums, " << declined << " declined");
+  CHECK(decided > 1000);
 }

@@ -98,7 +98,7 @@ TEST_CASE("FP32 outputs stay within a few ulps away from zero crossings") {
 TEST_CASE("subnormal, huge and constant inputs") {
   const Case shape{{1, 16, 33, 31}, 4};
   for (DType xd : {DType::BF16, DType::FP16, DType::FP32}) {
-    for (Data d : {Data::Subnormal, Data::Huge, Data::Constant}) {
+    for (Data d : {Data::Subnormal, Data::Huge, Data::Constant, Data::WideRange}) {
       const Result r = run_case(shape, xd, DType::BF16, d, 5);
       MESSAGE(label(xd, DType::BF16, d) << ": correctly rounded " << 100.0 * r.accuracy.fraction() << "%, max error "
                                         << r.accuracy.max_ulps << " ulp");

@@ -1,6 +1,7 @@
-// gnsilu: the CPU reference. The same arithmetic (kernels/gnsilu_math.cuh) and the same reduction tree as
-// the GPU kernels, so its output is bit-identical to theirs; tests compare the two, and the tuner can check
-// a candidate against it. Pointers in `problem` are host pointers here.
+// gnsilu: the CPU reference. The same arithmetic (kernels/gnsilu_math.cuh) and the same exact statistics
+// (kernels/gnsilu_exact.cuh, summed element by element) as the GPU kernels, so its output is bit-identical to
+// theirs; tests compare the two, and the tuner can check a candidate against it. Pointers in `problem` are host
+// pointers here.
 #pragma once
 
 #include "gnsilu/gnsilu.hpp"

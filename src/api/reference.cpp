@@ -1,12 +1,13 @@
-// The CPU reference: kernels/gnsilu_math.cuh's arithmetic in the order the kernels apply it. Where the GPU
-// has a warp, this file has arrays of 32 lanes and the same butterfly, so the bits agree. It reads each chunk's
-// elements through the layout (Indexer), so both layouts give the same records by construction.
+// The CPU reference: a group's exact sums (kernels/gnsilu_exact.cuh), its statistics rounded once from them, and
+// kernels/gnsilu_math.cuh's per-element arithmetic. The sums are exact, so adding the elements in any order gives
+// the GPU's records; the elements are read through the layout (Indexer), so both layouts agree by construction.
 #include "gnsilu/reference.hpp"
 
 #include <algorithm>
 #include <thread>
 #include <vector>
 
+#include "kernels/gnsilu_exact.cuh"
 #include "kernels/gnsilu_math.cuh"
 #include "runtime/validate.hpp"
 
@@ -14,89 +15,6 @@ namespace gnsilu {
 namespace {
 
 using namespace math;
-
-// The warp butterfly: after the level that adds lane l ^ h, lanes l and l ^ h agree, so lane 0's value is
-// w[0] + w[h] at each level (addition commutes bit for bit).
-template <typename T>
-T butterfly(T (&w)[kLanes]) {
-  for (int h = kLanes / 2; h >= 1; h /= 2) {
-    for (int l = 0; l < h; ++l) w[l] = w[l] + w[l + h];
-  }
-  return w[0];
-}
-
-// The record of a chunk of n values (in chunk order: element i of the chunk is v[i]).
-template <int XT>
-ChunkRecord chunk_record(const float (&v)[kChunk], int n) {
-  float lanes[kLanes];
-  float top = 0.0f;
-  for (int lane = 0; lane < kLanes; ++lane) {
-    float part[kSlots];
-    for (int s = 0; s < kSlots; ++s) {
-      float a[kVec];
-      for (int e = 0; e < kVec; ++e) {
-        const float value = v[(lane + kLanes * s) * kVec + e];
-        a[e] = value;
-        if constexpr (Scaling<XT>::kScaled) top = max_abs(top, value);
-      }
-      part[s] = tree8(a);
-    }
-    lanes[lane] = tree_slots(part[0], part[1], part[2], part[3]);
-  }
-  const Pivot pivot = chunk_pivot<XT>(butterfly(lanes), top, n);
-
-  double lanes_r[kLanes];
-  double lanes_q[kLanes];
-  for (int lane = 0; lane < kLanes; ++lane) {
-    double pr[kSlots];
-    double pq[kSlots];
-    for (int s = 0; s < kSlots; ++s) {
-      float d[kVec];
-      float dd[kVec];
-      for (int e = 0; e < kVec; ++e) {
-        const int i = (lane + kLanes * s) * kVec + e;
-        d[e] = i < n ? centred(v[i], pivot) : 0.0f;
-        dd[e] = d[e] * d[e];
-      }
-      pr[s] = static_cast<double>(tree8(d));
-      pq[s] = static_cast<double>(tree8(dd));
-    }
-    lanes_r[lane] = tree_slots(pr[0], pr[1], pr[2], pr[3]);
-    lanes_q[lane] = tree_slots(pq[0], pq[1], pq[2], pq[3]);
-  }
-  ChunkRecord r;
-  r.r = butterfly(lanes_r);
-  r.c = pivot.c;
-  r.q = butterfly(lanes_q);
-  r.e = pivot.e;
-  r.n = n;
-  r.unused = 0;
-  return r;
-}
-
-// Partial p of 256 adds records p, p + 256, ... in order; then partial i += partial i + h for h = 128 ... 1.
-template <typename Term>
-double partials(i64 count, Term term) {
-  double part[kPartials] = {};
-  for (i64 j = 0; j < count; ++j) {
-    double& p = part[j % kPartials];
-    p = p + term(j);
-  }
-  for (int h = kPartials / 2; h >= 1; h /= 2)
-    for (int i = 0; i < h; ++i) part[i] = part[i] + part[i + h];
-  return part[0];
-}
-
-GroupStats combine(const std::vector<ChunkRecord>& records, i64 length, double eps) {
-  const i64 count = static_cast<i64>(records.size());
-  int max_e = -1000;
-  for (const auto& r : records) max_e = std::max(max_e, r.e);
-  const auto at = [&](i64 j) -> const ChunkRecord& { return records[static_cast<std::size_t>(j)]; };
-  const double sum = partials(count, [&](i64 j) { return record_sum(at(j)); });
-  const double mean = div64(sum, static_cast<double>(length));
-  const double squares = partials(count, [&](i64 j) { return record_squares(at(j), mean); });
-  return group_stats(sum, squares, length, max_e, eps);
-}
 
 // Where element (sample, channel, pixel) of the logical tensor lies in memory.
 struct Indexer {
@@ -110,24 +28,25 @@ struct Indexer {
 template <int XT, int YT, int ACT>
 void run_groups(const Problem& p, const detail::Geometry& g, i64 first, i64 last) {
   const Indexer at{g.c, g.s, g.layout == Layout::ChannelsLast};
-  std::vector<ChunkRecord> records(static_cast<std::size_t>(g.chunks_per_group));
-  float values[kChunk];
   for (i64 group = first; group < last; ++group) {
     const i64 sample = group / g.g;
     const i64 first_channel = (group - sample * g.g) * g.channels_per_group;
-    for (i64 j = 0; j < g.chunks_per_group; ++j) {
-      // The chunk's elements in chunk order (channel-major within the chunk), wherever they lie in memory.
-      const ChunkPlace place = chunk_place(g.s, g.channels_per_group, j);
-      int n = 0;
-      for (i64 k = 0; k < place.channels; ++k) {
-        for (i64 q = 0; q < place.pixels; ++q) {
-          values[n++] = load_element<XT>(p.x, at(sample, first_channel + place.first_channel + k, place.first_pixel + q));
-        }
+    // The group's exact sums, element by element (any order gives the same record).
+    exact::Record record;
+    exact::clear(record);
+    const auto sink = exact::sink_of(record);
+    exact::Accumulator acc;
+    exact::acc_clear(acc);
+    i64 added = 0;
+    for (i64 k = 0; k < g.channels_per_group; ++k) {
+      for (i64 q = 0; q < g.s; ++q) {
+        exact::acc_add_element(acc, bits_of(load_element<XT>(p.x, at(sample, first_channel + k, q))), sink);
+        if ((++added & 0xFFFFF) == 0) exact::normalize(record);  // far within the 2^31 additions a record takes
       }
-      for (int i = n; i < kChunk; ++i) values[i] = 0.0f;
-      records[static_cast<std::size_t>(j)] = chunk_record<XT>(values, n);
     }
-    const GroupStats stats = combine(records, g.group_length, p.eps);
+    exact::acc_flush(acc, sink);
+    exact::Scratch scratch;
+    const GroupStats stats = exact::group_stats(record, p.eps, scratch);
     for (i64 k = 0; k < g.channels_per_group; ++k) {
       const i64 channel = first_channel + k;
       const RowConstants rc =

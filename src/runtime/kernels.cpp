@@ -20,7 +20,7 @@ std::array<std::string, kKernelCount> kernel_names(const Variant& v) {
   const std::string a = std::to_string(static_cast<int>(v.activation));
   return {
       "gnsilu::kernel::chunk_stats<" + x + "," + w + "," + s + "," + l + ">",
-      "gnsilu::kernel::finalize",
+      "gnsilu::kernel::finalize<" + x + "," + l + ">",
       "gnsilu::kernel::apply<" + x + "," + y + "," + w + "," + e + "," + l + "," + a + ">",
       "gnsilu::kernel::fused<" + x + "," + y + "," + w + "," + e + "," + l + "," + a + ">",
   };

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/errors.hpp"
+#include "kernels/gnsilu_exact.cuh"
 #include "kernels/gnsilu_math.cuh"
 #include "runtime/kernels.hpp"
 
@@ -127,7 +128,7 @@ kernel::Params params_of(const Geometry& g) {
 
 std::size_t split_workspace_bytes(const Geometry& g) {
   if (g.numel == 0) return 0;
-  const std::size_t records = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(math::ChunkRecord), kAlign);
+  const std::size_t records = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(exact::ChunkRecord), kAlign);
   const std::size_t rows = static_cast<std::size_t>(g.n * g.c) * sizeof(math::RowConstants);
   return round_up(records + rows, kAlign);
 }
@@ -214,7 +215,7 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, in
     p.tiles_total = rows * spans;
     plan.apply_blocks = static_cast<unsigned>(std::min<int64_t>(p.tiles_total, max_blocks));
   }
-  plan.rows_offset = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(math::ChunkRecord), kAlign);
+  plan.rows_offset = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(exact::ChunkRecord), kAlign);
   plan.workspace = split_workspace_bytes(g);
   return plan;
 }

@@ -195,8 +195,8 @@ TEST_CASE("every dtype pair, configuration, path, layout and activation gives th
     r.groups = groups;
     shapes.push_back(r);
   }
-  const Data datas[] = {Data::Normal,  Data::LargeMean, Data::TinySpread, Data::WithNaN,
-                        Data::WithInf, Data::Subnormal, Data::Huge,       Data::Constant};
+  const Data datas[] = {Data::Normal,  Data::LargeMean, Data::TinySpread, Data::WithNaN,  Data::WithInf,
+                        Data::Subnormal, Data::Huge,     Data::Constant,   Data::WideRange};
   const DType params[] = {DType::FP32, DType::BF16, DType::FP16, DType::None};
   std::size_t runs = 0, mismatched = 0, shape_index = 0, layout_checks = 0;
   for (const Shape& shape : shapes) {
@@ -204,7 +204,7 @@ TEST_CASE("every dtype pair, configuration, path, layout and activation gives th
     const Extent e = extent_of(shape.dims);
     const auto geometry = gnsilu::detail::make_geometry(shape.dims, shape.groups);
     const DType pd = params[shape_index % 4];
-    const Data data = datas[shape_index % 8];
+    const Data data = datas[shape_index % (sizeof datas / sizeof datas[0])];
     ++shape_index;
     HostTensor w = make_parameter(pd == DType::None ? DType::FP32 : pd, static_cast<std::size_t>(shape.dims[1]), 7 + shape_index, 1.0f, 0.5f);
     HostTensor b = make_parameter(pd == DType::None ? DType::FP32 : pd, static_cast<std::size_t>(shape.dims[1]), 9 + shape_index, 0.0f, 0.5f);
