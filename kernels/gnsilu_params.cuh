@@ -10,6 +10,11 @@ namespace kernel {
 inline constexpr int kFusedMaxChunks = 64;     // chunks of 1024 elements: groups of at most 64 Ki elements
 inline constexpr int kFusedMaxChannels = 256;  // channels per group
 
+// finalize's stats_mode (Params::stats_mode).
+inline constexpr int kStatsOwn = 0;
+inline constexpr int kStatsWrite = 1;
+inline constexpr int kStatsRead = 2;
+
 struct Params {
   const void* x;          // (N, C, S) channel-major or (N, S, C) channels-last, contiguous, dtype XT
   void* y;                // same shape and layout, dtype YT; may equal x when the element sizes match
@@ -17,6 +22,7 @@ struct Params {
   const void* bias;       // C values of bias_dtype, or null
   void* records;          // split path: ChunkRecord per chunk (groups * chunks_per_group)
   void* rows;             // split path: RowConstants per (n, c)
+  void* group_stats;      // stats_mode 1: written, 2: read; exact::Record (32 int64) per (n, group)
   long long n;            // batch
   long long c;            // channels
   long long g;            // groups per sample
@@ -53,6 +59,8 @@ struct Params {
   int cl_tx;             // channels-last apply: threads across columns,
   int cl_ty;             //   and along pixels (cl_tx * cl_ty <= threads per block)
   int cl_fused_width;    // channels-last fused kernel: channels per vector (8, 4 or 1)
+  int stats_mode;        // finalize: 0 the group's statistics from its chunk records, into row constants; 1 the same
+                         // statistics written to group_stats instead (no rows); 2 rows from group_stats (no records)
 };
 
 }  // namespace kernel

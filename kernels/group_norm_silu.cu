@@ -647,7 +647,7 @@ __device__ __forceinline__ void warp_combine(exact::Accumulator& acc, const S& s
 // added the same way. Every thread returns the result.
 template <int XT, int LAYOUT, int THREADS, typename RecordAt>
 __device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 group, i64 count, RecordAt record_at,
-                                                         MergeShared& sh) {
+                                                         MergeShared& sh, i64* record_out = nullptr) {
   static_assert(THREADS % 32 == 0 && THREADS / 32 <= kMaxMergeWarps, "whole warps, at most kMaxMergeWarps");
   constexpr int kWarps = THREADS / 32;
   const int t = static_cast<int>(threadIdx.x);
@@ -705,7 +705,12 @@ __device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 gr
       total.nonfinite += ws.nonfinite;
       if (ws.weight != 0) exact::acc_add(total, ws.e, ws.top, ws.weight, ws.s1, ws.s2, own);
     }
-    if (!whole || !exact::stats_from_sums(total, p.eps, sh.stats)) {
+    if (record_out != nullptr) {
+      // The caller wants the record itself (group_stats): normalized, so that 2^31 of them may be added.
+      exact::acc_flush(total, own);
+      exact::normalize(sh.total);
+      for (int i = 0; i < exact::kRecordWords; ++i) record_out[i] = (&sh.total.count)[i];
+    } else if (!whole || !exact::stats_from_sums(total, p.eps, sh.stats)) {
       exact::acc_flush(total, own);
       sh.stats = exact::group_stats(sh.total, p.eps, sh.scratch);
     }
@@ -1182,10 +1187,26 @@ __global__ void __launch_bounds__(kPartials) finalize(const Params p) {
   allow_next_kernel();
   wait_for_previous_kernel();
   const i64 count = p.chunks_per_group;
+  i64* const given = static_cast<i64*>(p.group_stats);
   for (i64 group = blockIdx.x; group < p.groups_total; group += gridDim.x) {
-    const exact::ChunkRecord* records = static_cast<const exact::ChunkRecord*>(p.records) + group * count;
-    const GroupStats s =
-        merged_group_stats<XT, LAYOUT, kPartials>(p, group, count, [&](i64 j) { return records[j]; }, sh);
+    GroupStats s;
+    if (p.stats_mode == kStatsRead) {
+      // Statistics given by the caller (merged records of regions): the record, then its rounding.
+      for (int i = threadIdx.x; i < exact::kRecordWords; i += kPartials) {
+        (&sh.total.count)[i] = given[group * exact::kRecordWords + i];
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) sh.stats = exact::group_stats(sh.total, p.eps, sh.scratch);
+      __syncthreads();
+      s = sh.stats;
+      __syncthreads();
+    } else {
+      const exact::ChunkRecord* records = static_cast<const exact::ChunkRecord*>(p.records) + group * count;
+      s = merged_group_stats<XT, LAYOUT, kPartials>(p, group, count, [&](i64 j) { return records[j]; }, sh,
+                                                    p.stats_mode == kStatsWrite ? given + group * exact::kRecordWords
+                                                                                : nullptr);
+      if (p.stats_mode == kStatsWrite) continue;
+    }
     const i64 sample = group / p.g;
     const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
     RowConstants* rows = static_cast<RowConstants*>(p.rows);

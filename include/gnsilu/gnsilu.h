@@ -138,6 +138,27 @@ static inline void gnsilu_problem_init(gnsilu_problem* problem) {
 GNSILU_API gnsilu_status gnsilu_group_norm(const gnsilu_problem* problem, void* workspace, size_t workspace_bytes,
                                            gnsilu_stream stream);
 
+/* Statistics of regions, merged, then applied. A group's statistics are its exact sum and sum of squares, held per
+ * (sample, group) in GNSILU_STATS_WORDS int64 words; records merge by adding them word by word (exact, in any order:
+ * an all-reduce SUM of int64 merges the records of several processes). For every partition of a tensor into regions,
+ * gnsilu_group_norm_apply(x, sum of gnsilu_group_stats(region)) equals gnsilu_group_norm(x) bit for bit.
+ *
+ * gnsilu_group_stats: reads region->x (shape, num_groups, x_dtype, x_layout; the rest is not read) and writes
+ * shape[0] * num_groups records to `stats` (device memory, sample-major). gnsilu_group_norm_apply: y from x with the
+ * given statistics (N * num_groups records) in place of x's own. */
+#define GNSILU_STATS_WORDS 32
+GNSILU_API gnsilu_status gnsilu_group_stats(const gnsilu_problem* region, int64_t* stats, void* workspace,
+                                            size_t workspace_bytes, gnsilu_stream stream);
+GNSILU_API gnsilu_status gnsilu_group_norm_apply(const gnsilu_problem* problem, const int64_t* stats, void* workspace,
+                                                 size_t workspace_bytes, gnsilu_stream stream);
+
+/* The CPU reference of the three calls above, on host memory, with `threads` threads (0: one per hardware thread):
+ * the same bits and the same records as the GPU, for tests and for CPU tensors. */
+GNSILU_API gnsilu_status gnsilu_reference_group_norm(const gnsilu_problem* problem, unsigned threads);
+GNSILU_API gnsilu_status gnsilu_reference_group_stats(const gnsilu_problem* region, int64_t* stats, unsigned threads);
+GNSILU_API gnsilu_status gnsilu_reference_group_norm_apply(const gnsilu_problem* problem, const int64_t* stats,
+                                                           unsigned threads);
+
 /* Bytes of workspace gnsilu_group_norm may need for this problem (only its shape and groups matter today). */
 GNSILU_API gnsilu_status gnsilu_problem_workspace_size(const gnsilu_problem* problem, size_t* bytes);
 

@@ -142,6 +142,25 @@ inline void group_norm(const Problem& problem, gnsilu_stream stream = nullptr, W
   group_norm_silu(problem, stream, workspace, options);
 }
 
+// ---- statistics of regions, merged, then applied -------------------------------------------------------------
+// A group's statistics are its exact sum and sum of squares (docs/EXACT_STATISTICS.md), held per (sample, group) in
+// kStatsWords 64-bit integers. Records merge by adding them word by word (any order, any grouping: exact), so the
+// statistics of the regions of any partition of a tensor (tiles, frames, the parts of other processes: an all-reduce
+// SUM of int64), added together, are the whole tensor's: group_norm_apply(x, sum over regions of group_stats(region))
+// equals group_norm_silu(x) bit for bit. Records as group_stats writes them may be added 2^31 times.
+inline constexpr int kStatsWords = GNSILU_STATS_WORDS;
+
+// Writes the statistics of region.x (its shape, num_groups, dtype and layout; nothing else of `region` is read) to
+// `stats`: shape[0] * num_groups records of kStatsWords int64 in device memory, sample-major. The region is a
+// tensor of its own (a tile of a larger one must be made contiguous first); C and the groups are the whole
+// tensor's. The default launch configuration (no tuning).
+GNSILU_API void group_stats(const Problem& region, int64_t* stats, gnsilu_stream stream = nullptr,
+                            Workspace workspace = {});
+// y from x with the given statistics (N * num_groups records, device memory) instead of x's own: weight, bias, eps,
+// activation and layouts as group_norm_silu. x may be any part of the tensor the statistics describe.
+GNSILU_API void group_norm_apply(const Problem& problem, const int64_t* stats, gnsilu_stream stream = nullptr,
+                                 Workspace workspace = {});
+
 // Workspace bytes a call of this shape may need (the same for every dtype, layout and activation).
 GNSILU_API std::size_t workspace_size(std::span<const int64_t> shape, int64_t num_groups);
 GNSILU_API std::size_t workspace_size(const Problem& problem);

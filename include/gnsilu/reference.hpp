@@ -12,4 +12,8 @@ namespace gnsilu {
 // with the same checks as group_norm_silu apart from the device ones.
 GNSILU_API void reference_group_norm_silu(const Problem& problem, unsigned threads = 0);
 
+// group_stats and group_norm_apply (gnsilu.hpp) on the host: the same records and the same bits.
+GNSILU_API void reference_group_stats(const Problem& region, int64_t* stats, unsigned threads = 0);
+GNSILU_API void reference_group_norm_apply(const Problem& problem, const int64_t* stats, unsigned threads = 0);
+
 }  // namespace gnsilu

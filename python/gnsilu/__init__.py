@@ -16,13 +16,15 @@ Errors are gnsilu.Error subclasses, one per status code of the C API, with the l
 """
 __version__ = "0.1.0"
 
-from ._api import (check_device, group_norm, group_norm_silu, layout_of, library_path, release_workspaces,
-                   set_cache_paths, set_tune_policy, version, workspace_size)
+from ._api import (STATS_WORDS, all_reduce_stats, check_device, group_norm, group_norm_apply, group_norm_silu, group_stats, layout_of,
+                   library_path, merge_stats, release_workspaces, set_cache_paths, set_tune_policy, version,
+                   workspace_size)
 from ._errors import (CompileError, CudaError, Error, InternalError, InvalidArgumentError, LibraryNotFoundError,
                       NoDeviceError, NoDriverError, OutOfMemoryError, UnsupportedDeviceError)
 
 __all__ = [
-    "group_norm", "group_norm_silu", "layout_of", "workspace_size", "check_device", "release_workspaces",
+    "group_norm", "group_norm_silu", "group_stats", "merge_stats", "all_reduce_stats", "group_norm_apply", "STATS_WORDS", "layout_of",
+    "workspace_size", "check_device", "release_workspaces",
     "set_tune_policy", "set_cache_paths", "version", "library_path",
     "Error", "InvalidArgumentError", "NoDriverError", "NoDeviceError", "UnsupportedDeviceError", "CudaError",
     "CompileError", "OutOfMemoryError", "InternalError", "LibraryNotFoundError",

@@ -552,6 +552,123 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu
                                 f"or __dlpack__, got {type(x).__name__}")
 
 
+# ---- statistics of regions, merged, then applied (torch tensors) ---------------------------------------------
+STATS_WORDS = 32  # int64 words of one (sample, group) record: GNSILU_STATS_WORDS
+
+
+def _torch_region(torch, x, name):
+    """x as a dense tensor in one of the two layouts (a copy for a strided view in neither), and that layout. CUDA
+    and CPU tensors (CPU ones go to the library's CPU reference: the same records and bits, slowly)."""
+    if not isinstance(x, torch.Tensor):
+        raise invalid_argument(name, f"must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_cuda and x.device.type != "cpu":
+        raise invalid_argument(name, f"must be a CUDA or CPU tensor, got one on {x.device}")
+    layout = layout_of(tuple(x.shape), x.stride())
+    if layout is None:
+        layout = "channels_first"
+        x = x.contiguous()  # a view in neither layout (a tile cut out of a larger tensor): one copy
+    return x, layout
+
+
+def group_stats(x, num_groups):
+    """The exact statistics of x's groups, as a torch.int64 tensor of shape (N, num_groups, STATS_WORDS) on x's
+    device: per (sample, group), the exact sum and sum of squares of its elements (docs/EXACT_STATISTICS.md).
+
+    x is any region of a larger tensor (a tile, a frame, a rank's part), with the whole tensor's N, C and groups:
+    stats of the regions of any partition, added together (merge_stats, or `a + b`, or torch.distributed.all_reduce
+    with SUM), are the whole tensor's, and group_norm_apply(x, merged) equals group_norm(x) bit for bit. A view in
+    neither memory layout is copied first. Runs on torch.cuda.current_stream(x.device); a CPU tensor goes to the
+    library's CPU reference (the same records, for tests and small CPU runs)."""
+    torch = _optional_module("torch")
+    if torch is None:
+        raise invalid_argument("x", "must be a torch.Tensor (group_stats needs PyTorch)")
+    x_code = _torch_code(torch, x, "x") if isinstance(x, torch.Tensor) else None
+    x, layout = _torch_region(torch, x, "x")
+    shape = _shape(x.shape, "x")
+    groups = _groups(num_groups, shape[1])
+    stats = torch.zeros((shape[0], groups, STATS_WORDS), dtype=torch.int64, device=x.device)
+    if stats.numel() == 0:
+        return stats
+    problem = _problem(x.data_ptr() if x.numel() else None, x_code, None, x_code, layout, shape, groups,
+                       (None, NONE), (None, NONE), 1e-6, 0)
+    if not x.is_cuda:
+        _lib.call("gnsilu_reference_group_stats", ctypes.byref(problem), stats.data_ptr(), 0)
+        return stats
+    with torch.cuda.device(x.device):
+        _lib.call("gnsilu_group_stats", ctypes.byref(problem), stats.data_ptr(), None, 0,
+                  torch.cuda.current_stream(x.device).cuda_stream)
+    return stats
+
+
+def merge_stats(*stats):
+    """The sum of group_stats records (exact: integer addition, in any order)."""
+    if not stats:
+        raise invalid_argument("stats", "needs at least one record tensor")
+    total = stats[0].clone()
+    for s in stats[1:]:
+        if tuple(s.shape) != tuple(total.shape):
+            raise invalid_argument("stats", f"records of different shapes: {tuple(total.shape)} and {tuple(s.shape)}")
+        total += s
+    return total
+
+
+def all_reduce_stats(stats, group=None):
+    """Merges group_stats records across the processes of a torch.distributed process group, in place: an
+    all-reduce SUM of the int64 words (exact, so every rank gets the records of the whole tensor whatever the
+    backend's reduction order). Returns stats."""
+    import torch.distributed as dist  # only here: the package itself does not need torch
+    if not isinstance(stats, sys.modules["torch"].Tensor) or stats.dtype != sys.modules["torch"].int64:
+        raise invalid_argument("stats", "must be a torch.int64 tensor of group_stats records")
+    dist.all_reduce(stats, op=dist.ReduceOp.SUM, group=group)
+    return stats
+
+
+def group_norm_apply(x, stats, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None, out=None):
+    """y = silu(group_norm(x)) (or group_norm(x) with activation=None) with the given statistics (group_stats
+    records, usually merged over the regions of a larger tensor) instead of x's own; returns y, in x's layout.
+    Arguments as group_norm for torch tensors; stats: a torch.int64 tensor (N, num_groups, STATS_WORDS) on x's
+    device. CPU tensors go to the library's CPU reference (the same bits)."""
+    torch = _optional_module("torch")
+    activation_code = _activation_code(activation)
+    if torch is None or not isinstance(stats, torch.Tensor):
+        raise invalid_argument("stats", "must be a torch.Tensor of int64 records from group_stats")
+    if stats.dtype != torch.int64 or stats.dim() != 3 or stats.shape[2] != STATS_WORDS:
+        raise invalid_argument("stats", f"must be int64 of shape (N, num_groups, {STATS_WORDS}), got "
+                                        f"{stats.dtype} {tuple(stats.shape)}")
+    x_code = _torch_code(torch, x, "x") if isinstance(x, torch.Tensor) else None
+    x, _ = _torch_region(torch, x, "x")
+    shape = _shape(x.shape, "x")
+    if stats.shape[0] != shape[0]:
+        raise invalid_argument("stats", f"holds {stats.shape[0]} samples, but x has N = {shape[0]}")
+    groups = _groups(int(stats.shape[1]), shape[1])
+    if stats.device != x.device:
+        raise invalid_argument("stats", f"is on {stats.device}, but x is on {x.device}")
+    stats = stats.contiguous()
+    eps = _eps(eps)
+    weight_tensor, weight_arg = _torch_parameter(torch, weight, "weight", x, shape[1])  # held until the call returns
+    bias_tensor, bias_arg = _torch_parameter(torch, bias, "bias", x, shape[1])
+    y_code = x_code if out_dtype is None else _dtype_code(out_dtype, "out_dtype")
+    dtypes = {BF16: torch.bfloat16, FP16: torch.float16, FP32: torch.float32}
+    x, y, layout = _torch_operands(torch, x, None if out is None else _as_torch(torch, out, "out"), dtypes[y_code])
+    if out is not None:
+        y_code = _torch_code(torch, y, "out")
+        if tuple(y.shape) != shape:
+            raise invalid_argument("out", f"must have x's shape {shape}, got {tuple(y.shape)}")
+    if x.numel() == 0:
+        return y
+    problem = _problem(x.data_ptr(), x_code, y.data_ptr(), y_code, layout, shape, groups, weight_arg, bias_arg, eps,
+                       activation_code)
+    if not x.is_cuda:
+        _lib.call("gnsilu_reference_group_norm_apply", ctypes.byref(problem), stats.data_ptr(), 0)
+        del weight_tensor, bias_tensor
+        return y
+    with torch.cuda.device(x.device):
+        _lib.call("gnsilu_group_norm_apply", ctypes.byref(problem), stats.data_ptr(), None, 0,
+                  torch.cuda.current_stream(x.device).cuda_stream)
+    del weight_tensor, bias_tensor
+    return y
+
+
 def group_norm_silu(x, num_groups, weight=None, bias=None, eps=1e-6, out_dtype=None, out=None, stream=None):
     """y = silu(group_norm(x, num_groups, weight, bias, eps)) on the GPU, in one pass; returns y.
 

@@ -54,6 +54,13 @@ _SIGNATURES = {
     "gnsilu_group_norm": (ctypes.c_int, [ctypes.POINTER(Problem), ctypes.c_void_p, ctypes.c_size_t,
                                          ctypes.c_void_p]),
     "gnsilu_problem_workspace_size": (ctypes.c_int, [ctypes.POINTER(Problem), ctypes.POINTER(ctypes.c_size_t)]),
+    "gnsilu_group_stats": (ctypes.c_int, [ctypes.POINTER(Problem), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                          ctypes.c_void_p]),
+    "gnsilu_group_norm_apply": (ctypes.c_int, [ctypes.POINTER(Problem), ctypes.c_void_p, ctypes.c_void_p,
+                                               ctypes.c_size_t, ctypes.c_void_p]),
+    "gnsilu_reference_group_norm": (ctypes.c_int, [ctypes.POINTER(Problem), ctypes.c_uint]),
+    "gnsilu_reference_group_stats": (ctypes.c_int, [ctypes.POINTER(Problem), ctypes.c_void_p, ctypes.c_uint]),
+    "gnsilu_reference_group_norm_apply": (ctypes.c_int, [ctypes.POINTER(Problem), ctypes.c_void_p, ctypes.c_uint]),
     "gnsilu_group_norm_silu": (ctypes.c_int, [
         ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, _c_int64_p, ctypes.c_int, ctypes.c_int64,
         ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_double, ctypes.c_void_p,

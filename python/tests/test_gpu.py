@@ -813,5 +813,27 @@ def main():
     return 0 if result.wasSuccessful() else 1
 
 
+@unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
+class TestRegions(unittest.TestCase):
+    """Statistics of tiles merged, then applied: the whole call's bits, on tiles cut as views (copied by gnsilu)."""
+
+    def test_tiles_merged_give_the_whole_call(self):
+        torch.manual_seed(3)
+        for dtype in (torch.bfloat16, torch.float16):
+            for memory_format in (torch.contiguous_format, torch.channels_last):
+                x = (torch.randn(2, 64, 48, 40, device="cuda") * 3 + 1).to(dtype).contiguous(memory_format=memory_format)
+                w = torch.randn(64, device="cuda")
+                b = torch.randn(64, device="cuda")
+                whole = gnsilu.group_norm_silu(x, 16, w, b)
+                tiles = [x[:, :, :20, :17], x[:, :, :20, 17:], x[:, :, 20:, :], x[:, :, 48:, :]]  # the last is empty
+                merged = gnsilu.merge_stats(*[gnsilu.group_stats(t, 16) for t in tiles])
+                y = gnsilu.group_norm_apply(x, merged, w, b)
+                self.assertTrue(torch.equal(y.view(torch.int16), whole.view(torch.int16)))
+                # A tile normalized with the merged statistics: its part of the whole output.
+                t = gnsilu.group_norm_apply(tiles[1], merged, w, b)
+                self.assertTrue(torch.equal(t.contiguous().view(torch.int16),
+                                            whole[:, :, :20, 17:].contiguous().view(torch.int16)))
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -739,6 +739,93 @@ class TestTorchOnCPU(unittest.TestCase):
             self.assertTrue(torch.equal(decoder(latent), expected))
 
 
+@unittest.skipIf(torch is None, "PyTorch is not installed")
+class TestRegionsArguments(unittest.TestCase):
+    """group_stats, merge_stats and group_norm_apply: what they refuse before any device work, and merging."""
+
+    def test_refusals_name_the_argument(self):
+        x = torch.randn(1, 8, 4, 4)
+        for call, name in ((lambda: gnsilu.group_stats(x, 3), "'num_groups'"),
+                           (lambda: gnsilu.group_stats([1, 2], 4), "'x'"),
+                           (lambda: gnsilu.group_stats(x.double(), 4), "'x'"),
+                           (lambda: gnsilu.group_norm_apply(x, torch.zeros(1, 4, 3, dtype=torch.int64)), "'stats'"),
+                           (lambda: gnsilu.group_norm_apply(x, torch.zeros(1, 4, 32)), "'stats'"),
+                           (lambda: gnsilu.group_norm_apply(x, torch.zeros(2, 4, 32, dtype=torch.int64)), "'stats'"),
+                           (lambda: gnsilu.merge_stats(), "'stats'")):
+            with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+                call()
+            self.assertIn(name, str(caught.exception))
+
+    def test_tiles_merged_give_the_whole_tensor_on_the_cpu(self):
+        # CPU tensors go to the library's CPU reference: the same records and bits as the GPU.
+        torch.manual_seed(5)
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            for memory_format in (torch.contiguous_format, torch.channels_last):
+                x = (torch.randn(2, 16, 12, 10) * 4 + 3).to(dtype).contiguous(memory_format=memory_format)
+                w, b = torch.randn(16), torch.randn(16)
+                own = gnsilu.group_stats(x, 4)
+                whole = gnsilu.group_norm_apply(x, own, w, b)
+                tiles = [x[:, :, :5, :3], x[:, :, :5, 3:], x[:, :, 5:, :], x[:, :, 12:, :]]  # views; the last empty
+                merged = gnsilu.merge_stats(*[gnsilu.group_stats(t, 4) for t in reversed(tiles)])
+                self.assertTrue(torch.equal(merged[..., 0], own[..., 0]))  # element counts
+                y = gnsilu.group_norm_apply(x, merged, w, b)
+                self.assertTrue(torch.equal(y, whole))
+                part = gnsilu.group_norm_apply(tiles[1], merged, w, b)
+                self.assertTrue(torch.equal(part, whole[:, :, :5, 3:]))
+                # Against PyTorch's GroupNorm + SiLU in float64: close (gnsilu rounds once to the dtype).
+                ref = torch.nn.functional.silu(torch.nn.functional.group_norm(x.double(), 4, w.double(), b.double(),
+                                                                              1e-6))
+                self.assertLess((y.double() - ref).abs().max().item(), 0.02 * max(1.0, ref.abs().max().item()))
+
+    def test_merge_is_integer_addition(self):
+        a = torch.randint(-2**40, 2**40, (2, 4, gnsilu.STATS_WORDS), dtype=torch.int64)
+        b = torch.randint(-2**40, 2**40, (2, 4, gnsilu.STATS_WORDS), dtype=torch.int64)
+        c = torch.randint(-2**40, 2**40, (2, 4, gnsilu.STATS_WORDS), dtype=torch.int64)
+        self.assertTrue(torch.equal(gnsilu.merge_stats(a, b, c), gnsilu.merge_stats(c, gnsilu.merge_stats(b, a))))
+        self.assertTrue(torch.equal(gnsilu.merge_stats(a), a))
+        with self.assertRaises(gnsilu.InvalidArgumentError):
+            gnsilu.merge_stats(a, b[:1])
+
+
+def _rank_split_worker(rank, world, init_file, result_file):
+    """One rank of TestRanks: its half of the rows, statistics merged over gloo, its half normalized."""
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(11)  # every rank draws the same whole tensor, then keeps its rows
+        x = (torch.randn(2, 32, 17, 9) * 2 - 1).to(torch.bfloat16)
+        w, b = torch.randn(32), torch.randn(32)
+        rows = [(0, 8), (8, 17)][rank]
+        part = x[:, :, rows[0]:rows[1], :]
+        stats = gnsilu.all_reduce_stats(gnsilu.group_stats(part, 8))
+        y = gnsilu.group_norm_apply(part, stats, w, b)
+        parts = [torch.empty(0)] * world
+        dist.all_gather_object(parts, y)
+        if rank == 0:
+            torch.save(torch.cat(parts, dim=2), result_file)
+    finally:
+        dist.destroy_process_group()
+
+
+@unittest.skipIf(torch is None, "PyTorch is not installed")
+class TestRanks(unittest.TestCase):
+    """Two processes (gloo, CPU): each normalizes its half of a tensor with statistics merged by an all-reduce of the
+    records; together they give the single-process bits."""
+
+    def test_two_ranks_give_the_single_process_bits(self):
+        import tempfile
+        import torch.multiprocessing as mp
+        with tempfile.TemporaryDirectory() as d:
+            init_file, result_file = os.path.join(d, "init"), os.path.join(d, "y.pt")
+            mp.spawn(_rank_split_worker, args=(2, init_file, result_file), nprocs=2, join=True)
+            y = torch.load(result_file)
+        torch.manual_seed(11)
+        x = (torch.randn(2, 32, 17, 9) * 2 - 1).to(torch.bfloat16)
+        w, b = torch.randn(32), torch.randn(32)
+        whole = gnsilu.group_norm_apply(x, gnsilu.group_stats(x, 8), w, b)
+        self.assertTrue(torch.equal(y, whole))
+
+
 if __name__ == "__main__":
     if torch is None:
         if os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1":  # .ci/run installed it: missing is a failure

@@ -20,6 +20,17 @@ namespace gnsilu {
 namespace {
 
 
+// The device a call runs on, checked (compute capability 7.5 or newer).
+const detail::DeviceInfo& usable_device(const detail::ContextScope& scope) {
+  const detail::DeviceInfo& dev = detail::device_info(scope.device());
+  if (dev.arch() < 75) {
+    throw Error(Status::UnsupportedDevice, "gnsilu: " + dev.name + " has compute capability " +
+                                               std::to_string(dev.major) + "." + std::to_string(dev.minor) +
+                                               "; gnsilu needs 7.5 or newer");
+  }
+  return dev;
+}
+
 void check_pointers(const Problem& p, const detail::Geometry& g, const detail::DeviceInfo& dev,
                     const Workspace& ws, std::size_t needed) {
   const std::size_t x_bytes = static_cast<std::size_t>(g.numel) * dtype_size(p.x_dtype);
@@ -69,12 +80,7 @@ void group_norm_silu(const Problem& problem, gnsilu_stream stream, Workspace wor
 
   detail::driver();
   detail::ContextScope scope(problem.x);
-  const detail::DeviceInfo& dev = detail::device_info(scope.device());
-  if (dev.arch() < 75) {
-    throw Error(Status::UnsupportedDevice, "gnsilu: " + dev.name + " has compute capability " +
-                                               std::to_string(dev.major) + "." + std::to_string(dev.minor) +
-                                               "; gnsilu needs 7.5 or newer");
-  }
+  const detail::DeviceInfo& dev = usable_device(scope);
   check_pointers(problem, g, dev, workspace, detail::workspace_bytes(g));
 
   const detail::Call call{problem, g, dev, scope.context(), stream, detail::choose_path(g, options.path, dev.sms),
@@ -82,6 +88,66 @@ void group_norm_silu(const Problem& problem, gnsilu_stream stream, Workspace wor
   const LaunchConfig config =
       options.config ? *options.config : detail::config_for(call, options.tune.value_or(detail::process_tune_policy()));
   detail::launch_call(call, config);
+}
+
+namespace {
+
+std::size_t stats_bytes(const detail::Geometry& g) {
+  return static_cast<std::size_t>(g.groups_total) * kStatsWords * sizeof(int64_t);
+}
+
+}  // namespace
+
+void group_stats(const Problem& region, int64_t* stats, gnsilu_stream stream, Workspace workspace) {
+  const detail::Geometry g = detail::validate_stats_problem(region);
+  if (stats == nullptr) detail::throw_invalid("stats", "is null");
+  if (g.groups_total == 0) return;
+  detail::driver();
+  detail::ContextScope scope(region.x != nullptr ? static_cast<const void*>(region.x) : stats);
+  const detail::DeviceInfo& dev = usable_device(scope);
+  // Checked as a call that writes y over x in place: nothing but x is read, and y is never written.
+  Problem p = region;
+  p.y = const_cast<void*>(region.x);
+  p.y_dtype = region.x_dtype;
+  p.y_layout = region.x_layout;
+  p.weight = p.bias = nullptr;
+  const std::size_t bytes = stats_bytes(g);
+  detail::check_device_range("stats", stats, bytes, dev);
+  if (g.numel != 0) check_pointers(p, g, dev, workspace, detail::workspace_bytes(g));
+  const detail::Range out{stats, bytes}, x{region.x, static_cast<std::size_t>(g.numel) * dtype_size(region.x_dtype)},
+      work{workspace.data, workspace.bytes};
+  if (out.overlaps(x)) detail::throw_invalid("stats", "overlaps x");
+  if (out.overlaps(work)) detail::throw_invalid("stats", "overlaps workspace");
+  if (g.numel == 0) {  // groups of no element: records of zeros
+    GNSILU_CHECK(detail::driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(stats), 0, bytes,
+                                                  static_cast<CUstream>(stream)));
+    return;
+  }
+  detail::Call call{p, g, dev, scope.context(), stream, Path::Split, workspace.data};
+  call.stats_mode = kernel::kStatsWrite;
+  call.group_stats = stats;
+  detail::launch_call(call, default_config(Path::Split));
+}
+
+void group_norm_apply(const Problem& problem, const int64_t* stats, gnsilu_stream stream, Workspace workspace) {
+  const detail::Geometry g = detail::validate_problem(problem);
+  if (stats == nullptr) detail::throw_invalid("stats", "is null");
+  if (g.numel == 0) return;
+  detail::driver();
+  detail::ContextScope scope(problem.x);
+  const detail::DeviceInfo& dev = usable_device(scope);
+  check_pointers(problem, g, dev, workspace, detail::workspace_bytes(g));
+  const std::size_t bytes = stats_bytes(g);
+  detail::check_device_range("stats", stats, bytes, dev);
+  const detail::Range in{stats, bytes},
+      y{problem.y, static_cast<std::size_t>(g.numel) * dtype_size(problem.y_dtype)},
+      work{workspace.data, workspace.bytes};
+  if (in.overlaps(y)) detail::throw_invalid("stats", "overlaps y");
+  if (in.overlaps(work)) detail::throw_invalid("stats", "overlaps workspace");
+  detail::Call call{problem, g, dev, scope.context(), stream, Path::Split, workspace.data};
+  call.stats_mode = kernel::kStatsRead;
+  call.group_stats = const_cast<int64_t*>(stats);  // read only (kStatsRead)
+  detail::launch_call(call, default_config(Path::Split));
 }
 
 void check_device() {

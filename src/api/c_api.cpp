@@ -9,6 +9,7 @@
 
 #include "gnsilu/gnsilu.h"
 #include "gnsilu/gnsilu.hpp"
+#include "gnsilu/reference.hpp"
 #include "base/log.hpp"
 
 namespace {
@@ -127,6 +128,29 @@ gnsilu_status gnsilu_group_norm_silu(const void* x, gnsilu_dtype x_dtype, void* 
 gnsilu_status gnsilu_group_norm(const gnsilu_problem* problem, void* workspace, size_t workspace_bytes,
                                 gnsilu_stream stream) {
   return guarded([&] { gnsilu::group_norm(problem_of(problem), stream, {workspace, workspace_bytes}); });
+}
+
+gnsilu_status gnsilu_group_stats(const gnsilu_problem* region, int64_t* stats, void* workspace, size_t workspace_bytes,
+                                 gnsilu_stream stream) {
+  return guarded([&] { gnsilu::group_stats(problem_of(region), stats, stream, {workspace, workspace_bytes}); });
+}
+
+gnsilu_status gnsilu_group_norm_apply(const gnsilu_problem* problem, const int64_t* stats, void* workspace,
+                                      size_t workspace_bytes, gnsilu_stream stream) {
+  return guarded([&] { gnsilu::group_norm_apply(problem_of(problem), stats, stream, {workspace, workspace_bytes}); });
+}
+
+gnsilu_status gnsilu_reference_group_norm(const gnsilu_problem* problem, unsigned threads) {
+  return guarded([&] { gnsilu::reference_group_norm_silu(problem_of(problem), threads); });
+}
+
+gnsilu_status gnsilu_reference_group_stats(const gnsilu_problem* region, int64_t* stats, unsigned threads) {
+  return guarded([&] { gnsilu::reference_group_stats(problem_of(region), stats, threads); });
+}
+
+gnsilu_status gnsilu_reference_group_norm_apply(const gnsilu_problem* problem, const int64_t* stats,
+                                                unsigned threads) {
+  return guarded([&] { gnsilu::reference_group_norm_apply(problem_of(problem), stats, threads); });
 }
 
 gnsilu_status gnsilu_problem_workspace_size(const gnsilu_problem* problem, size_t* bytes) {

@@ -19,6 +19,10 @@ struct Call {
   CUstream stream = nullptr;
   Path path = Path::Split;    // decided by choose_path (Fused or Split)
   void* workspace = nullptr;  // at least workspace_bytes(geometry) bytes, or null for the library's own
+  // group_stats and group_norm_apply (split path only): kernel::kStatsWrite writes each group's statistics to
+  // group_stats and launches no apply; kernel::kStatsRead takes them from group_stats and launches no chunk_stats.
+  int stats_mode = 0;
+  void* group_stats = nullptr;
 };
 
 }  // namespace gnsilu::detail

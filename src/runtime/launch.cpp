@@ -62,6 +62,8 @@ void launch_call(const Call& call, const LaunchConfig& config) {
   p.weight_dtype = problem.weight != nullptr ? static_cast<int>(problem.weight_dtype) : 0;
   p.bias_dtype = problem.bias != nullptr ? static_cast<int>(problem.bias_dtype) : 0;
   p.eps = problem.eps;
+  p.stats_mode = call.stats_mode;
+  p.group_stats = call.group_stats;
 
   const LoadedModule& kernels = kernels_for(
       call.context, device, Variant{problem.x_dtype, problem.y_dtype, config, g.layout, problem.activation});
@@ -80,12 +82,16 @@ void launch_call(const Call& call, const LaunchConfig& config) {
   // finalize and apply overlap the tail of the kernel before them where the GPU can (sm_90 and later); the
   // first kernel waits for whatever the stream ran before, as any launch does.
   const bool overlap = device.major >= 9;
-  launch_kernel(d, kernels.kernel(kStats), plan.stats_blocks, plan.threads, stream, p, "cuLaunchKernel(chunk_stats)",
-                false, plan.stats_shared_bytes);
+  if (call.stats_mode != kernel::kStatsRead) {
+    launch_kernel(d, kernels.kernel(kStats), plan.stats_blocks, plan.threads, stream, p,
+                  "cuLaunchKernel(chunk_stats)", false, plan.stats_shared_bytes);
+  }
   launch_kernel(d, kernels.kernel(kFinalize), plan.finalize_blocks, plan.finalize_threads, stream, p,
-                "cuLaunchKernel(finalize)", overlap);
-  launch_kernel(d, kernels.kernel(kApply), plan.apply_blocks, plan.threads, stream, p, "cuLaunchKernel(apply)",
-                overlap);
+                "cuLaunchKernel(finalize)", overlap && call.stats_mode != kernel::kStatsRead);
+  if (call.stats_mode != kernel::kStatsWrite) {
+    launch_kernel(d, kernels.kernel(kApply), plan.apply_blocks, plan.threads, stream, p, "cuLaunchKernel(apply)",
+                  overlap);
+  }
 }
 
 }  // namespace gnsilu::detail

@@ -70,4 +70,15 @@ Geometry validate_problem(const Problem& p) {
   return g;
 }
 
+// The statistics of a region read x, its shape, groups and layout only.
+// An empty region (no element: a tile that owns nothing) may have a null x; its records are zeros.
+Geometry validate_stats_problem(const Problem& p) {
+  check_tensor_dtype("x_dtype", p.x_dtype);
+  check_alignment("x", p.x, p.x_dtype);
+  check_layout("x_layout", p.x_layout);
+  const Geometry g = make_geometry(p.shape, p.num_groups, p.x_layout);
+  if (p.x == nullptr && g.numel != 0) throw_invalid("x", "is null");
+  return g;
+}
+
 }  // namespace gnsilu::detail

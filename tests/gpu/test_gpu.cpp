@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <random>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -778,4 +779,126 @@ int main(int argc, char** argv) {
   }
   doctest::Context context(argc, argv);
   return testing::run_cases(context);  // 77 where every case that ran skipped itself (the 2^31 case, memory short)
+}
+
+TEST_CASE("regions: group_stats writes the reference's records, and group_norm_apply of their sum gives the whole "
+          "call's bits") {
+  // The GPU side of tests/test_regions.cpp: each region of a random partition of the spatial box, uploaded as a
+  // tensor of its own, gives the CPU reference's records word for word (both normalized); their sum applied to the
+  // whole tensor gives group_norm_silu's bits, and applied to a region, that region's part of them.
+  std::mt19937_64 random(41);
+  const std::vector<std::vector<int64_t>> shapes = {{1, 64, 40, 52}, {2, 32, 3, 24, 20}, {1, 128, 33, 31}};
+  std::size_t regions = 0, differ = 0;
+  for (const auto& dims : shapes) {
+    const Extent e = extent_of(dims);
+    const int64_t groups = 8;
+    for (DType xd : kTypes) {
+      for (bool last : {false, true}) {
+        HostTensor x = make_input(xd, static_cast<std::size_t>(numel(dims)), static_cast<std::size_t>(e.c / groups * e.s),
+                                  Data::WideRange, 43 + regions);
+        if (last) x = relayout(x, e.n, e.c, e.s, true);
+        const Layout layout = last ? Layout::ChannelsLast : Layout::ChannelsFirst;
+        gnsilu::Problem p;
+        p.x = x.data();
+        p.x_dtype = xd;
+        p.shape = dims;
+        p.num_groups = groups;
+        p.x_layout = p.y_layout = layout;
+        HostTensor whole(DType::BF16, x.size());
+        p.y = whole.data();
+        gnsilu::reference_group_norm_silu(p);
+        // Regions: slabs along the outermost spatial dimension, cut at random places (some empty).
+        const int64_t outer = dims[2], inner = e.s / dims[2];
+        std::vector<int64_t> cuts{0, outer};
+        for (int k = 0; k < 3; ++k) cuts.push_back(static_cast<int64_t>(random() % (outer + 1)));
+        std::sort(cuts.begin(), cuts.end());
+        const std::size_t size = gnsilu::dtype_size(xd);
+        std::vector<int64_t> merged(static_cast<std::size_t>(e.n * groups * gnsilu::kStatsWords), 0);
+        struct Part {
+          std::vector<int64_t> shape;
+          HostTensor x;
+          int64_t first, count;
+        };
+        std::vector<Part> parts;
+        for (std::size_t r = 0; r + 1 < cuts.size(); ++r) {
+          Part part{dims, HostTensor(xd, 0), cuts[r], cuts[r + 1] - cuts[r]};
+          part.shape[2] = part.count;
+          const int64_t ps = part.count * inner;
+          part.x = HostTensor(xd, static_cast<std::size_t>(e.n * e.c * ps));
+          for (int64_t n = 0; n < e.n; ++n) {
+            for (int64_t c = 0; c < e.c; ++c) {
+              for (int64_t q = 0; q < ps; ++q) {
+                const int64_t from_pixel = part.first * inner + q;
+                const std::size_t to = static_cast<std::size_t>(last ? (n * ps + q) * e.c + c : (n * e.c + c) * ps + q);
+                const std::size_t from =
+                    static_cast<std::size_t>(last ? (n * e.s + from_pixel) * e.c + c : (n * e.c + c) * e.s + from_pixel);
+                std::memcpy(part.x.bytes.data() + to * size, x.bytes.data() + from * size, size);
+              }
+            }
+          }
+          gnsilu::Problem rp = p;
+          rp.x = part.x.data();
+          rp.shape = part.shape;
+          rp.y = nullptr;
+          std::vector<int64_t> expected(merged.size()), got(merged.size());
+          gnsilu::reference_group_stats(rp, expected.data());
+          DeviceMemory dstats(merged.size() * sizeof(int64_t));
+          std::unique_ptr<DeviceMemory> dx;
+          if (ps != 0) {
+            dx = std::make_unique<DeviceMemory>(part.x.bytes.size());
+            dx->upload(part.x.data());
+          }
+          rp.x = dx ? dx->get() : nullptr;
+          gnsilu::group_stats(rp, static_cast<int64_t*>(dstats.get()));
+          device_sync();
+          dstats.download(got.data());
+          ++regions;
+          if (got != expected || !dstats.guards_intact()) {
+            ++differ;
+            FAIL_CHECK(shape_text(Shape{part.shape, groups}) << " " << gnsilu::dtype_name(xd) << (last ? " nhwc" : " nchw")
+                                                            << ": the records differ from the reference's");
+          }
+          for (std::size_t i = 0; i < merged.size(); ++i) merged[i] += got[i];
+          parts.push_back(std::move(part));
+        }
+        DeviceMemory dmerged(merged.size() * sizeof(int64_t)), dx(x.bytes.size()), dy(whole.bytes.size());
+        dmerged.upload(merged.data());
+        dx.upload(x.data());
+        gnsilu::Problem ap = p;
+        ap.x = dx.get();
+        ap.y = dy.get();
+        gnsilu::group_norm_apply(ap, static_cast<const int64_t*>(dmerged.get()));
+        device_sync();
+        HostTensor got(DType::BF16, x.size());
+        dy.download(got.data());
+        if (got.bytes != whole.bytes || !dy.guards_intact()) {
+          ++differ;
+          FAIL_CHECK(shape_text(Shape{dims, groups}) << " " << gnsilu::dtype_name(xd)
+                                                    << ": apply of the merged records differs from the whole call");
+        }
+        // The first non-empty region normalized with the merged records: its slab of the whole output.
+        for (const Part& part : parts) {
+          if (part.count == 0) continue;
+          DeviceMemory px(part.x.bytes.size()), py(part.x.size() * 2);
+          px.upload(part.x.data());
+          gnsilu::Problem pp = p;
+          pp.x = px.get();
+          pp.y = py.get();
+          pp.shape = part.shape;
+          gnsilu::group_norm_apply(pp, static_cast<const int64_t*>(dmerged.get()));
+          device_sync();
+          HostTensor part_y(DType::BF16, part.x.size()), expected_y(DType::BF16, part.x.size());
+          py.download(part_y.data());
+          gnsilu::Problem rp = pp;
+          rp.x = part.x.data();
+          rp.y = expected_y.data();
+          gnsilu::reference_group_norm_apply(rp, merged.data());
+          CHECK(part_y.bytes == expected_y.bytes);
+          break;
+        }
+      }
+    }
+  }
+  MESSAGE(regions << " regions: " << regions - differ << " with the reference's records");
+  CHECK(differ == 0);
 }
