@@ -12,7 +12,9 @@ Models, built from config dicts with random weights (seeded; no model hub):
   hunyuan-video        diffusers.AutoencoderKLHunyuanVideo (its default configuration) decoding a 1x16x3x40x64
                        latent to 9 frames of 320x512 (--hunyuan-latent T,H,W for another clip).
 Modes: eager; eager+gnsilu (gnsilu.torch.swap_group_norm_silu on a copy); compile (torch.compile of the decode);
-compile+gnsilu (the swapped copy compiled: gnsilu's op stands in Inductor's graph). Layouts: nchw (contiguous) and
+compile+gnsilu (the swapped copy compiled: gnsilu's op stands in Inductor's graph); any of them with +slabs (whole
+activations, convolutions and upsamplers in slabs of rows: gnsilu.chunked, --slab-bytes) or +tiled (diffusers'
+enable_tiling). Cases also flux-2048 (a 1x16x256x256 latent). Layouts: nchw (contiguous) and
 channels_last (model and latent in torch.channels_last / channels_last_3d).
 For each row: median ms of --runs decodes (CUDA events around each decode, after warm-up; the compile time of the
 first call is printed apart), peak memory allocated during the decodes, the relative L2 error against a float32
@@ -69,7 +71,7 @@ def build(case, args, torch):
     torch.manual_seed(0)
     if case.startswith("flux"):
         vae = diffusers.AutoencoderKL(**FLUX_VAE)
-        side = {"flux-512": 64, "flux-1024": 128}[case] if args.device == "cuda" else 8
+        side = {"flux-512": 64, "flux-1024": 128, "flux-2048": 256}[case] if args.device == "cuda" else 8
         shape = (1, 16, side, side)
     elif case == "hunyuan-video":
         vae = diffusers.AutoencoderKLHunyuanVideo()
@@ -112,12 +114,18 @@ def run_row(torch, args, vae_bf16, latent, mode, layout, exact):
     import gnsilu.torch as gt
     model = copy.deepcopy(vae_bf16)
     swapped = None
-    if mode.endswith("+gnsilu"):
+    if "+gnsilu" in mode:
         swapped = gt.swap_group_norm_silu(model, return_counts=True)
+    if "+tiled" in mode:
+        model.enable_tiling()  # diffusers' own tiling: each tile normalizes with its own statistics
     model = model_in_layout(torch, model, layout)
     z = in_layout(torch, latent.to(torch.bfloat16), layout)
 
     def plain_decode(value):
+        if "+slabs" in mode:  # whole activations, convolutions and upsamplers in slabs of rows (gnsilu.chunked)
+            import gnsilu.chunked as gc
+            with gc.slabs(model.decoder, max_bytes=args.slab_bytes):
+                return model.decode(value).sample
         return model.decode(value).sample
 
     decode = plain_decode
@@ -156,7 +164,7 @@ def run_row(torch, args, vae_bf16, latent, mode, layout, exact):
         error = ((out.float() - exact).norm() / exact.norm()).item()
         kernels = breakdown(torch, decode, z) if args.profile and args.device == "cuda" else None
     return {"mode": mode, "layout": layout, "ms": statistics.median(times), "peak_gib": peak,
-            "relative_l2": error, "compile_s": compile_s, "kernels_ms": kernels,
+            "relative_l2": error, "out": out.float(), "compile_s": compile_s, "kernels_ms": kernels,
             "swapped": None if swapped is None else {"pairs": swapped.pairs, "plain": swapped.plain},
             "output_shape": list(out.shape)}
 
@@ -168,7 +176,10 @@ def main():
     parser.add_argument("--layouts", default="nchw,channels_last")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--hunyuan-latent", default="3,40,64", help="T,H,W of the HunyuanVideo latent")
+    parser.add_argument("--hunyuan-latent", default="3,40,64", help="T,H,W of the HunyuanVideo latent "
+                        "(9,60,104: 33 frames of 480x832)")
+    parser.add_argument("--slab-bytes", type=int, default=512 << 20,
+                        help="modes with +slabs: the largest slab output of a convolution or upsampler")
     parser.add_argument("--compile-mode", default=None, help="torch.compile's mode (default: its default)")
     parser.add_argument("--no-profile", dest="profile", action="store_false")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -196,9 +207,15 @@ def main():
             exact = vae.decode(latent).sample.float()  # float32, eager, NCHW
         vae_bf16 = vae.to(torch.bfloat16)
         del vae
+        first_out = None  # the case's first row's output: the others' "rel. L2 to the first row"
         for mode in modes:
             for layout in layouts:
                 row = run_row(torch, args, vae_bf16, latent, mode, layout, exact)
+                out = row.pop("out")
+                if first_out is None:
+                    first_out = out
+                row["relative_l2_to_first"] = ((out - first_out).norm() / first_out.norm()).item()
+                del out
                 row["case"] = case
                 rows.append(row)
                 kernels = row["kernels_ms"]
@@ -207,19 +224,21 @@ def main():
                 swapped = "" if row["swapped"] is None else f"  swapped {row['swapped']['pairs']}+" \
                                                            f"{row['swapped']['plain']}"
                 print(f"{case:14} {mode:15} {layout:14} {row['ms']:9.2f} ms  peak {row['peak_gib']:6.2f} GiB  "
-                      f"rel L2 {row['relative_l2']:.2e}{swapped}{compiled}{detail}", flush=True)
+                      f"rel L2 {row['relative_l2']:.2e} (to the first row {row['relative_l2_to_first']:.2e}){swapped}"
+                      f"{compiled}{detail}", flush=True)
                 if args.device == "cuda":
                     torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
-    print("\n| case | mode | layout | ms | peak GiB | rel. L2 to fp32 | " + " | ".join(CATEGORIES) + " |")
-    print("|" + "---|" * (6 + len(CATEGORIES)))
+    print("\n| case | mode | layout | ms | peak GiB | rel. L2 to fp32 | rel. L2 to the first row | " +
+          " | ".join(CATEGORIES) + " |")
+    print("|" + "---|" * (7 + len(CATEGORIES)))
     for row in rows:
         kernels = row["kernels_ms"] or {}
         cells = " | ".join(f"{kernels[c]:.2f}" if c in kernels else "" for c in CATEGORIES)
         print(f"| {row['case']} | {row['mode']} | {row['layout']} | {row['ms']:.2f} | {row['peak_gib']:.2f} | "
-              f"{row['relative_l2']:.2e} | {cells} |")
+              f"{row['relative_l2']:.2e} | {row['relative_l2_to_first']:.2e} | {cells} |")
     return 0
 
 

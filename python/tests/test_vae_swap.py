@@ -370,6 +370,72 @@ def test_code_left_behind_by_init_is_examined():
             assert torch.equal(block(x), before), cls.__name__
 
 
+# ---- decoding in slabs of rows (gnsilu.chunked): the whole decode's output, with every GroupNorm over the whole
+# ---- tensor; the slabs are forced small (max_bytes) so that every module taken runs in several slabs.
+def _slab_decode(name, config, latent, expected_kinds, layout=None):
+    require()
+    import gnsilu.chunked as gc
+    cls = vae_class(name)
+    with one_thread():
+        torch.manual_seed(0)
+        vae = cls(**config).eval().double()  # FP64: the slabs' rounding differences stay near 1e-16
+        latent = latent.double()
+        if layout is not None:
+            latent = latent.contiguous(memory_format=layout)
+        calls = {}
+        with torch.no_grad():
+            whole = vae.decode(latent).sample
+            taken = [m for m in vae.decoder.modules() if gc.slab_rows(m)]
+            kinds = sorted({type(m).__name__ for m in taken})
+            assert set(expected_kinds) <= set(kinds), kinds
+            slab_count = [0]
+            into = gc._into
+
+            def counting_into(out, rows, produce):  # every slab a module writes
+                def counted_produce(r0, r1):
+                    slab_count[0] += 1
+                    return produce(r0, r1)
+                return into(out, rows, counted_produce)
+            gc._into = counting_into
+            with gc.slabs(vae.decoder, max_bytes=2048):
+                patched = [m for m in taken if "forward" in vars(m)]  # the others run inside a patched one
+                for m in patched:  # count the calls of each patched module (its forward is now the slab forward)
+                    forward = m.forward
+
+                    def counted(*args, _f=forward, _m=m, **kwargs):
+                        calls[type(_m).__name__] = calls.get(type(_m).__name__, 0) + 1
+                        return _f(*args, **kwargs)
+                    m.forward = counted
+                sliced = vae.decode(latent).sample
+            gc._into = into
+            assert all("forward" not in vars(m) for m in taken), "slabs() left a patched forward behind"
+            again = vae.decode(latent).sample
+        assert torch.equal(again, whole)
+        error = ((sliced.double() - whole.double()).norm() / whole.double().norm()).item()
+        # A wrong halo or edge padding shows as an error near 1; convolutions over slabs round differently (in
+        # FP64, by about 1e-16 a layer).
+        assert error < 1e-12, f"{name}: relative L2 {error:.3g} between the slab decode and the whole one"
+        assert calls, "no module ran in slabs"
+        assert slab_count[0] > 2 * sum(calls.values()), f"only {slab_count[0]} slabs in {calls}: the slab path did not run"
+        print(f"  {name}: {len(patched)} modules patched ({', '.join(kinds)}; calls {calls}, {slab_count[0]} slabs), "
+              f"relative L2 to the "
+              f"whole decode {error:.2e}, equal bit for bit: {torch.equal(sliced, whole)}")
+
+
+def test_slabs_autoencoder_kl():
+    config = dict(TINY_2D, block_out_channels=(32, 64), layers_per_block=1)
+    _slab_decode("AutoencoderKL", config, randn(1, 4, 12, 10), ["Conv2d", "Upsample2D"])
+    _slab_decode("AutoencoderKL", config, randn(1, 4, 12, 10), ["Conv2d", "Upsample2D"], torch.channels_last)
+
+
+def test_slabs_hunyuan_video():
+    config = dict(block_out_channels=(32, 64), down_block_types=("HunyuanVideoDownBlock3D",) * 2,
+                  up_block_types=("HunyuanVideoUpBlock3D",) * 2, layers_per_block=1, norm_num_groups=8,
+                  latent_channels=4, spatial_compression_ratio=2, temporal_compression_ratio=4)
+    _slab_decode("AutoencoderKLHunyuanVideo", config, randn(1, 4, 2, 9, 8),
+                 ["HunyuanVideoCausalConv3d", "HunyuanVideoUpsampleCausal3D"])
+
+
 def _tests():
     return [(name, f) for name, f in sorted(globals().items()) if name.startswith("test_") and callable(f)]
 

@@ -1,0 +1,267 @@
+"""Decoding in bounded memory with the full decode's GroupNorm: convolutions and upsamplers run in slabs of rows.
+
+A VAE decode at video or large-image sizes runs out of memory in the transients between two GroupNorms (a padded
+copy, an upsampled copy, a concatenation, the convolution's own workspace), not in the tensors it keeps. Tiling the
+decode cuts those, but every tile then normalizes with its own statistics. Here the activations stay whole, so every
+GroupNorm sees the whole tensor (gnsilu's exact statistics, or PyTorch's), and only the modules that make the large
+transients run slab by slab along the height: each slab of output rows is computed from the input rows it needs
+(a halo of the kernel's reach, padded as the module pads at the tensor's true edges) and written into one output
+tensor. The output equals the whole decode's except where a convolution rounds differently on a smaller input
+(cuDNN may choose another algorithm).
+
+    with gnsilu.chunked.slabs(vae.decoder, max_bytes=256 << 20):
+        video = vae.decode(latents).sample
+
+Modules taken (everything else runs as before): nn.Conv2d and nn.Conv3d with stride 1 along the height, zero
+padding given as integers; diffusers' HunyuanVideoCausalConv3d (replicate padding, causal in time), Upsample2D
+(nearest x2 then a convolution) and HunyuanVideoUpsampleCausal3D. A module runs whole when its output is below
+max_bytes or its configuration is not one of these.
+"""
+import contextlib
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["slabs", "slab_rows"]
+
+
+def _rows_for(out_row_bytes, max_bytes):
+    return max(1, int(max_bytes // max(1, out_row_bytes)))
+
+
+def _pad_rows(x, top, bottom, mode):
+    """x with `top` and `bottom` rows of padding along dim -2 (zeros, or the edge rows repeated)."""
+    if top == 0 and bottom == 0:
+        return x
+    pad = [0, 0, top, bottom] + [0, 0] * (x.dim() - 4)
+    if mode == "zeros":
+        return F.pad(x, pad)
+    return F.pad(x, pad, mode="replicate")
+
+
+def _conv_plain(conv):
+    """Whether conv is a stride-1 (along the height), integer zero-padded nn.Conv2d/3d that slabs can take."""
+    return (isinstance(conv, (nn.Conv2d, nn.Conv3d)) and conv.padding_mode == "zeros"
+            and not isinstance(conv.padding, str) and conv.stride[-2] == 1)
+
+
+def _conv_rows(conv, x, lo, hi, padding_h):
+    """conv (nn.Conv2d/3d) over x's rows [lo, hi) of the height padded by `padding_h` zeros on each side (rows out
+    of range are zeros), with the module's own padding along the other dimensions: output rows that [lo, hi)
+    produce."""
+    h = x.shape[-2]
+    start, stop = max(lo, 0), min(hi, h)
+    slab = _pad_rows(x[..., start:stop, :], start - lo, hi - stop, "zeros")
+    padding = list(conv.padding)
+    padding[-2] = 0
+    fn = F.conv2d if isinstance(conv, nn.Conv2d) else F.conv3d
+    return fn(slab, conv.weight, conv.bias, conv.stride, tuple(padding), conv.dilation, conv.groups)
+
+
+def _into(out, rows_out, produce):
+    """Fills out[..., r0:r1, :] slab by slab: produce(r0, r1) returns those output rows."""
+    h = out.shape[-2]
+    for r0 in range(0, h, rows_out):
+        r1 = min(h, r0 + rows_out)
+        out[..., r0:r1, :] = produce(r0, r1)
+    return out
+
+
+def _empty_like_rows(x, shape):
+    memory_format = torch.contiguous_format
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous():
+        memory_format = torch.channels_last
+    if x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d) and not x.is_contiguous():
+        memory_format = torch.channels_last_3d
+    return torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=memory_format)
+
+
+# ---- each module's slabs -----------------------------------------------------------------------------------------
+def _whole(x):
+    """Whether a call must run whole: autograd would need the slabs' graph (slabs write into one output)."""
+    return torch.is_grad_enabled() and x.requires_grad
+
+
+def _conv_forward(conv, max_bytes, original, x):
+    if _whole(x):
+        return original(x)
+    kh, dh, ph = conv.kernel_size[-2], conv.dilation[-2], conv.padding[-2]
+    reach = dh * (kh - 1)
+    h_out = x.shape[-2] + 2 * ph - reach
+    first = _conv_rows(conv, x, -ph, -ph + reach + 1, ph)  # output row 0: its shape gives the others
+    shape = list(first.shape)
+    row_bytes = first.numel() * first.element_size()
+    if row_bytes * h_out <= max_bytes or h_out <= 1:
+        return original(x)
+    shape[-2] = h_out
+    out = _empty_like_rows(x, shape)
+    return _into(out, _rows_for(row_bytes, max_bytes), lambda r0, r1: _conv_rows(conv, x, r0 - ph, r1 - ph + reach, ph))
+
+
+def _causal_rows(module, x, lo, hi):
+    """HunyuanVideoCausalConv3d over rows [lo, hi) of x's height as the module pads it (replicate)."""
+    pw, _, ph, _, pt, pt_back = module.time_causal_padding
+    h = x.shape[-2]
+    start, stop = max(lo, 0), min(hi, h)
+    slab = x[..., start:stop, :]
+    slab = F.pad(slab, (pw, pw, start - lo, hi - stop, pt, pt_back), mode=module.pad_mode)
+    return module.conv(slab)
+
+
+def _causal_plain(module):
+    conv = module.conv
+    return (module.pad_mode in ("replicate", "constant") and conv.stride[-2] == 1 and tuple(conv.padding) == (0, 0, 0)
+            and module.time_causal_padding[2] == module.time_causal_padding[3])
+
+
+def _causal_forward(module, max_bytes, original, x):
+    if _whole(x):
+        return original(x)
+    conv = module.conv
+    ph = module.time_causal_padding[2]
+    reach = conv.dilation[-2] * (conv.kernel_size[-2] - 1)
+    h_out = x.shape[-2] + 2 * ph - reach
+    first = _causal_rows(module, x, -ph, -ph + reach + 1)
+    row_bytes = first.numel() * first.element_size()
+    if row_bytes * h_out <= max_bytes or h_out <= 1:
+        return original(x)
+    shape = list(first.shape)
+    shape[-2] = h_out
+    out = _empty_like_rows(x, shape)
+    return _into(out, _rows_for(row_bytes, max_bytes), lambda r0, r1: _causal_rows(module, x, r0 - ph, r1 - ph + reach))
+
+
+def _upsampled_rows(upsample, x, lo, hi, factor):
+    """Rows [lo, hi) (clamped to the upsampled height) of upsample(x): the source rows they repeat, upsampled."""
+    h_up = x.shape[-2] * factor
+    lo, hi = max(lo, 0), min(hi, h_up)
+    src_lo, src_hi = lo // factor, (hi + factor - 1) // factor
+    up = upsample(x[..., src_lo:src_hi, :])
+    return up[..., lo - src_lo * factor:hi - src_lo * factor, :], lo, hi
+
+
+def _upsample2d_plain(module):
+    conv = getattr(module, "conv", None)
+    return (module.interpolate and module.use_conv and not module.use_conv_transpose and module.norm is None
+            and getattr(module, "name", "conv") == "conv" and _conv_plain(conv))
+
+
+def _upsample2d_forward(module, max_bytes, original, x, output_size=None, *args, **kwargs):
+    if output_size is not None or args or kwargs or _whole(x):
+        return original(x, output_size, *args, **kwargs)
+    conv = module.conv
+    kh, dh, ph = conv.kernel_size[-2], conv.dilation[-2], conv.padding[-2]
+    reach = dh * (kh - 1)
+    h_up = 2 * x.shape[-2]
+    h_out = h_up + 2 * ph - reach
+    upsample = functools.partial(F.interpolate, scale_factor=2.0, mode="nearest")
+
+    def produce(r0, r1):
+        lo, hi = r0 - ph, r1 - ph + reach
+        rows, start, stop = _upsampled_rows(upsample, x, lo, hi, 2)
+        return _conv_rows(conv, _pad_rows(rows, start - lo, hi - stop, "zeros"), 0, hi - lo, 0)
+
+    first = produce(0, 1)
+    row_bytes = first.numel() * first.element_size()
+    if row_bytes * h_out <= max_bytes or h_out <= 1:
+        return original(x)
+    shape = list(first.shape)
+    shape[-2] = h_out
+    return _into(_empty_like_rows(x, shape), _rows_for(row_bytes, max_bytes), produce)
+
+
+def _hunyuan_upsample(module, x):
+    """HunyuanVideoUpsampleCausal3D's upsampling (its forward without the convolution), on a slab of rows."""
+    frames = x.size(2)
+    first, others = x.split((1, frames - 1), dim=2)
+    first = F.interpolate(first.squeeze(2), scale_factor=module.upsample_factor[1:], mode="nearest").unsqueeze(2)
+    if frames == 1:
+        return first
+    others = F.interpolate(others.contiguous(), scale_factor=module.upsample_factor, mode="nearest")
+    return torch.cat((first, others), dim=2)
+
+
+def _hunyuan_upsample_plain(module):
+    factor = tuple(module.upsample_factor)
+    return (len(factor) == 3 and float(factor[1]).is_integer() and _causal_plain(module.conv))
+
+
+def _hunyuan_upsample_forward(module, max_bytes, original, x):
+    if _whole(x):
+        return original(x)
+    causal = module.conv
+    factor = int(module.upsample_factor[1])
+    ph = causal.time_causal_padding[2]
+    reach = causal.conv.dilation[-2] * (causal.conv.kernel_size[-2] - 1)
+    h_up = factor * x.shape[-2]
+    h_out = h_up + 2 * ph - reach
+    pw, _, _, _, pt, pt_back = causal.time_causal_padding
+
+    def produce(r0, r1):
+        lo, hi = r0 - ph, r1 - ph + reach
+        rows, start, stop = _upsampled_rows(functools.partial(_hunyuan_upsample, module), x, lo, hi, factor)
+        rows = F.pad(rows, (pw, pw, start - lo, hi - stop, pt, pt_back), mode=causal.pad_mode)
+        return causal.conv(rows)
+
+    first = produce(0, 1)
+    row_bytes = first.numel() * first.element_size()
+    if row_bytes * h_out <= max_bytes or h_out <= 1:
+        return original(x)
+    shape = list(first.shape)
+    shape[-2] = h_out
+    return _into(_empty_like_rows(x, shape), _rows_for(row_bytes, max_bytes), produce)
+
+
+def _kinds():
+    """(class, plain(module), forward) for each module kind slabs take; diffusers' kinds when it is installed."""
+    kinds = []
+    try:
+        from diffusers.models.upsampling import Upsample2D
+        kinds.append((Upsample2D, _upsample2d_plain, _upsample2d_forward))
+    except ImportError:
+        pass
+    try:
+        from diffusers.models.autoencoders.autoencoder_kl_hunyuan_video import (HunyuanVideoCausalConv3d,
+                                                                                 HunyuanVideoUpsampleCausal3D)
+        kinds.append((HunyuanVideoUpsampleCausal3D, _hunyuan_upsample_plain, _hunyuan_upsample_forward))
+        kinds.append((HunyuanVideoCausalConv3d, _causal_plain, _causal_forward))
+    except ImportError:
+        pass
+    kinds.append(((nn.Conv2d, nn.Conv3d), _conv_plain, _conv_forward))
+    return kinds
+
+
+def slab_rows(module):
+    """Whether slabs() takes this module (and so runs it in slabs of rows when its output is large)."""
+    return any(isinstance(module, cls) and plain(module) for cls, plain, _ in _kinds())
+
+
+@contextlib.contextmanager
+def slabs(module, max_bytes=256 << 20):
+    """Within the block, every module under `module` that slab_rows() takes computes outputs larger than
+    `max_bytes` in slabs of rows (each slab's output at most max_bytes, its transients in proportion); inputs that
+    need a gradient run whole (the slabs are written into one output tensor). Restores the modules on exit."""
+    if not (isinstance(max_bytes, int) and max_bytes > 0):
+        raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
+    kinds = _kinds()
+    patched = []
+    # A module inside one already taken (the convolution of an upsampler) keeps its forward: the outer slabs
+    # call it on small inputs.
+    inner = set()
+    for m in module.modules():
+        if id(m) in inner:
+            continue
+        for cls, plain, forward in kinds:
+            if isinstance(m, cls) and plain(m):
+                original = m.forward
+                m.forward = functools.partial(forward, m, max_bytes, original)
+                patched.append(m)
+                inner.update(id(c) for c in m.modules() if c is not m)
+                break
+    try:
+        yield module
+    finally:
+        for m in patched:
+            del m.forward  # the instance attribute: the class's forward again
