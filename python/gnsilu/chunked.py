@@ -78,6 +78,18 @@ def _empty_like_rows(x, shape):
     return torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=memory_format)
 
 
+def _slabbed(x, h_out, produce, max_bytes, whole):
+    """produce(r0, r1) (output rows [r0, r1)) over all h_out rows into one output, in slabs of at most max_bytes; or
+    whole() when the output is no larger than max_bytes (or one row)."""
+    first = produce(0, 1)  # output row 0: its shape and size give the others'
+    row_bytes = first.numel() * first.element_size()
+    if row_bytes * h_out <= max_bytes or h_out <= 1:
+        return whole()
+    shape = list(first.shape)
+    shape[-2] = h_out
+    return _into(_empty_like_rows(x, shape), _rows_for(row_bytes, max_bytes), produce)
+
+
 # ---- each module's slabs -----------------------------------------------------------------------------------------
 def _whole(x):
     """Whether a call must run whole: autograd would need the slabs' graph (slabs write into one output)."""
@@ -90,14 +102,8 @@ def _conv_forward(conv, max_bytes, original, x):
     kh, dh, ph = conv.kernel_size[-2], conv.dilation[-2], conv.padding[-2]
     reach = dh * (kh - 1)
     h_out = x.shape[-2] + 2 * ph - reach
-    first = _conv_rows(conv, x, -ph, -ph + reach + 1, ph)  # output row 0: its shape gives the others
-    shape = list(first.shape)
-    row_bytes = first.numel() * first.element_size()
-    if row_bytes * h_out <= max_bytes or h_out <= 1:
-        return original(x)
-    shape[-2] = h_out
-    out = _empty_like_rows(x, shape)
-    return _into(out, _rows_for(row_bytes, max_bytes), lambda r0, r1: _conv_rows(conv, x, r0 - ph, r1 - ph + reach, ph))
+    return _slabbed(x, h_out, lambda r0, r1: _conv_rows(conv, x, r0 - ph, r1 - ph + reach, ph), max_bytes,
+                    lambda: original(x))
 
 
 def _causal_rows(module, x, lo, hi):
@@ -123,14 +129,8 @@ def _causal_forward(module, max_bytes, original, x):
     ph = module.time_causal_padding[2]
     reach = conv.dilation[-2] * (conv.kernel_size[-2] - 1)
     h_out = x.shape[-2] + 2 * ph - reach
-    first = _causal_rows(module, x, -ph, -ph + reach + 1)
-    row_bytes = first.numel() * first.element_size()
-    if row_bytes * h_out <= max_bytes or h_out <= 1:
-        return original(x)
-    shape = list(first.shape)
-    shape[-2] = h_out
-    out = _empty_like_rows(x, shape)
-    return _into(out, _rows_for(row_bytes, max_bytes), lambda r0, r1: _causal_rows(module, x, r0 - ph, r1 - ph + reach))
+    return _slabbed(x, h_out, lambda r0, r1: _causal_rows(module, x, r0 - ph, r1 - ph + reach), max_bytes,
+                    lambda: original(x))
 
 
 def _upsampled_rows(upsample, x, lo, hi, factor):
@@ -163,13 +163,7 @@ def _upsample2d_forward(module, max_bytes, original, x, output_size=None, *args,
         rows, start, stop = _upsampled_rows(upsample, x, lo, hi, 2)
         return _conv_rows(conv, _pad_rows(rows, start - lo, hi - stop, "zeros"), 0, hi - lo, 0)
 
-    first = produce(0, 1)
-    row_bytes = first.numel() * first.element_size()
-    if row_bytes * h_out <= max_bytes or h_out <= 1:
-        return original(x)
-    shape = list(first.shape)
-    shape[-2] = h_out
-    return _into(_empty_like_rows(x, shape), _rows_for(row_bytes, max_bytes), produce)
+    return _slabbed(x, h_out, produce, max_bytes, lambda: original(x))
 
 
 def _hunyuan_upsample(module, x):
@@ -205,13 +199,7 @@ def _hunyuan_upsample_forward(module, max_bytes, original, x):
         rows = F.pad(rows, (pw, pw, start - lo, hi - stop, pt, pt_back), mode=causal.pad_mode)
         return causal.conv(rows)
 
-    first = produce(0, 1)
-    row_bytes = first.numel() * first.element_size()
-    if row_bytes * h_out <= max_bytes or h_out <= 1:
-        return original(x)
-    shape = list(first.shape)
-    shape[-2] = h_out
-    return _into(_empty_like_rows(x, shape), _rows_for(row_bytes, max_bytes), produce)
+    return _slabbed(x, h_out, produce, max_bytes, lambda: original(x))
 
 
 def _kinds():
