@@ -687,16 +687,22 @@ GNSILU_HD DD wide_to_dd(Wide v, int scale) {
           static_cast<double>(wide_field(v, n - 106, 53)) * math::pow2d(n - 106 + scale)};
 }
 
+// The statistics of a group with a NaN or an infinity (or no element, or too many): NaN, so that every output is NaN.
+GNSILU_HD math::GroupStats nan_stats() {
+  math::GroupStats s;
+  s.mean = math::double_of(0x7FF8000000000000ull);
+  s.rstd = s.mean;
+  s.mean32 = math::float_of(0x7FC00000u);
+  s.apply_e = 0;
+  return s;
+}
+
 // A group's statistics straight from sums held whole in one accumulator (nothing flushed: S1 = a.s1 2^a.e and S2 =
 // a.s2 2^(2 a.e)), where the estimate decides them; false otherwise (the caller then flushes the sums into a record
 // and takes group_stats). The same bits as group_stats of that record.
 GNSILU_HD bool stats_from_sums(const Accumulator& a, double eps, math::GroupStats& s) {
   if (a.nonfinite != 0 || a.count <= 0 || a.count >= kMaxCount) {
-    const double nan = math::double_of(0x7FF8000000000000ull);
-    s.mean = nan;
-    s.rstd = nan;
-    s.mean32 = math::float_of(0x7FC00000u);
-    s.apply_e = 0;
+    s = nan_stats();
     return true;
   }
   Wide s1 = a.weight != 0 ? a.s1 : Wide{0, 0};
@@ -779,17 +785,12 @@ GNSILU_HD int apply_exponent(const Record& r) {
 }
 
 // The statistics the apply step uses (gnsilu_math.cuh: GroupStats), from a record, which it normalizes in place.
-GNSILU_HD math::GroupStats group_stats(Record& record, double eps, Scratch& scratch) {
+// Out of line on the GPU (GNSILU_COLD): the kernels call it only where the estimate from sums cannot decide, and
+// one copy per program instead of one per kernel saves much of ptxas' time.
+GNSILU_COLD math::GroupStats group_stats(Record& record, double eps, Scratch& scratch) {
   const Moments m = moments(record, scratch);
   math::GroupStats s;
-  if (!m.finite) {
-    const double nan = math::double_of(0x7FF8000000000000ull);
-    s.mean = nan;
-    s.rstd = nan;
-    s.mean32 = math::float_of(0x7FC00000u);
-    s.apply_e = 0;
-    return s;
-  }
+  if (!m.finite) return nan_stats();
   s.mean = m.mean;
   s.rstd = math::div64(1.0, math::sqrt64(m.variance + eps));
   s.mean32 = math::narrow(m.mean);  // |S1 / N| <= max |x| <= the largest float, and so is its rounding
