@@ -835,5 +835,82 @@ class TestRegions(unittest.TestCase):
                                             whole[:, :, :20, 17:].contiguous().view(torch.int16)))
 
 
+
+def _split_case():
+    """A Flux-like decoder (bf16, swapped) and a latent whose rows two ranks split: the same in every process."""
+    torch.manual_seed(5)
+    decoder = toy_models.FluxLikeDecoder(block_out_channels=(64, 128, 128), layers_per_block=1).cuda().eval()
+    decoder = decoder.to(torch.bfloat16)
+    gt.swap_group_norm_silu(decoder)
+    latent = torch.randn(1, 16, 24, 20, device="cuda", dtype=torch.bfloat16)
+    return decoder, latent
+
+
+def _norm_modules(decoder):
+    return [(name, m) for name, m in decoder.named_modules()
+            if isinstance(m, (nn.GroupNorm, gt.GroupNormSiLU)) and not name.startswith("mid_block")]
+
+
+def _split_gpu_worker(rank, world, init_file, result_file):
+    import torch.distributed as dist
+    import gnsilu.split as gs
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
+    try:
+        decoder, latent = _split_case()
+        seen = {}
+        hooks = [m.register_forward_hook(
+            lambda m, i, o, _n=name: seen.__setitem__(_n, (i[0].cpu(), o.cpu()))) for name, m in _norm_modules(decoder)]
+        lo, hi = gs.band_of(latent.shape[-2], rank, world)
+        with torch.inference_mode(), gs.rows(decoder):
+            band = decoder(latent[..., lo:hi, :].contiguous())
+        for h in hooks:
+            h.remove()
+        everything = [None] * world
+        dist.all_gather_object(everything, (band.cpu(), seen))
+        if rank == 0:
+            torch.save(everything, result_file)
+    finally:
+        dist.destroy_process_group()
+
+
+@unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
+class TestSplitDecode(unittest.TestCase):
+    """gnsilu.split: a decode split by rows across two processes on one GPU (gloo): every GroupNorm's output bands
+    together are gnsilu's GroupNorm of the whole input, bit for bit; the decode is the single-process one but for
+    the convolutions' rounding on bands."""
+
+    def test_two_ranks_on_one_gpu(self):
+        import tempfile
+        import torch.multiprocessing as mp
+        import gnsilu.split as gs
+        with tempfile.TemporaryDirectory() as d:
+            init_file, result_file = os.path.join(d, "init"), os.path.join(d, "result.pt")
+            mp.spawn(_split_gpu_worker, args=(2, init_file, result_file), nprocs=2, join=True)
+            everything = torch.load(result_file)
+        decoder, latent = _split_case()
+        with torch.inference_mode():
+            single = decoder(latent)
+            with gs.rows(decoder):  # one rank: the same code, no process group
+                alone = decoder(latent)
+        split = torch.cat([band for band, _ in everything], dim=-2).cuda()
+        names = [name for name, _ in _norm_modules(decoder)]
+        self.assertGreater(len(names), 8)
+        modules = dict(decoder.named_modules())
+        for name in names:
+            x = torch.cat([seen[name][0] for _, seen in everything], dim=-2).cuda()
+            y = torch.cat([seen[name][1] for _, seen in everything], dim=-2).cuda()
+            with torch.inference_mode():
+                whole = modules[name](x)  # gnsilu's GroupNorm (+ SiLU) of the whole tensor, in one call
+            self.assertTrue(same_bits(y, whole), f"{name}: the bands' GroupNorm differs from the whole tensor's")
+        error = relative_l2(split.float(), alone.float())
+        single_error = relative_l2(alone.float(), single.float())
+        print(f"\nsplit decode, 2 ranks on one GPU, bf16 {tuple(latent.shape)} -> {tuple(split.shape)}: "
+              f"{len(names)} GroupNorms bit-identical to the whole tensor's; relative L2 to one rank {error:.2e} "
+              f"(one rank against the plain swapped decoder: {single_error:.2e})")
+        self.assertLess(error, 0.02)
+        SUMMARY.append(("regions", "split decode, 2 ranks (gloo, one GPU)",
+                        f"{len(names)} GroupNorms bit-identical; relative L2 {error:.2e}"))
+
+
 if __name__ == "__main__":
     sys.exit(main())

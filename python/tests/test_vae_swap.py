@@ -436,6 +436,125 @@ def test_slabs_hunyuan_video():
                  ["HunyuanVideoCausalConv3d", "HunyuanVideoUpsampleCausal3D"])
 
 
+# ---- a decode split by rows across ranks (gnsilu.split): two or three gloo processes against one ------------------
+def _relative_l2(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def _split_model(name, config, swap):
+    torch.manual_seed(0)
+    vae = vae_class(name)(**config).eval()  # FP32: gnsilu's GroupNorm takes bf16, fp16 and fp32
+    if swap:
+        gt.swap_group_norm_silu(vae)
+    return vae
+
+
+@contextlib.contextmanager
+def _native_convolutions():
+    """PyTorch's own CPU convolutions (oneDNN off): they compute each output the same way whatever the number of
+    rows, so a band's convolution has the whole tensor's bits (oneDNN picks its algorithm by shape: 1e-6 apart)."""
+    enabled = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = enabled
+
+
+def _split_worker(rank, world, init_file, result_file, name, config, swap, latent):
+    import torch.distributed as dist
+    import gnsilu.split as gs
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=world)
+    try:
+        vae = _split_model(name, config, swap)
+        with _native_convolutions():
+            band = gs.decode(vae, latent, gather=False)
+            sample = gs.decode(vae, latent)
+        # The mid block split too (its attention sees only the band): not the whole decode, which the test must see.
+        split_mid = gs.decode(vae, latent, whole=[])
+        bands = [torch.empty(0)] * world
+        dist.all_gather_object(bands, band)
+        if rank == 0:
+            torch.save(dict(sample=sample, bands=bands, split_mid=split_mid), result_file)
+    finally:
+        dist.destroy_process_group()
+
+
+def _split_decode(name, config, latent, world, swap):
+    require()
+    import tempfile
+    import torch.multiprocessing as mp
+    import gnsilu.split as gs
+    with tempfile.TemporaryDirectory() as d:
+        init_file, result_file = os.path.join(d, "init"), os.path.join(d, "result.pt")
+        mp.spawn(_split_worker, args=(world, init_file, result_file, name, config, swap, latent), nprocs=world,
+                 join=True)
+        result = torch.load(result_file)
+    with one_thread():
+        vae = _split_model(name, config, swap)
+        with _native_convolutions():
+            single = gs.decode(vae, latent)  # one rank: the same code, no process group
+        assert all("forward" not in vars(m) for m in vae.modules()), "split.rows() left a patched forward behind"
+        with torch.no_grad():
+            plain = vae.decode(latent).sample  # PyTorch's GroupNorm (on the CPU the swapped modules run PyTorch's)
+    sample = result["sample"]
+    assert sample.shape == single.shape == plain.shape, (sample.shape, single.shape, plain.shape)
+    # Every rank's band is its rows of the sample: the output rows of its latent rows.
+    scale = sample.shape[-2] // latent.shape[-2]
+    for rank, band in enumerate(result["bands"]):
+        lo, hi = gs.band_of(latent.shape[-2], rank, world)
+        assert torch.equal(band, sample[..., scale * lo:scale * hi, :]), f"rank {rank}'s band"
+    # The split decode's bits are the single-process decode's: every GroupNorm's statistics merged exactly, every
+    # convolution computed from the same rows (halos from the neighbours, the module's padding at the true edges).
+    assert torch.equal(sample, single), \
+        f"{name}, {world} ranks against one: relative L2 {_relative_l2(sample, single):.3g}"
+    plain_error = _relative_l2(single, plain)
+    assert plain_error <= 1e-4, f"{name}: gnsilu's exact GroupNorm against PyTorch's: relative L2 {plain_error:.3g}"
+    mid_error = _relative_l2(result["split_mid"], single)
+    assert mid_error > 1e-3, f"{name}: the mid block split by rows should not decode the same ({mid_error:.3g})"
+
+
+def test_split_rows_autoencoder_kl():
+    """Three ranks (the middle one with halos on both sides), the GroupNorm+SiLU pairs swapped."""
+    config = dict(TINY_2D, block_out_channels=(32, 64), layers_per_block=1)
+    _split_decode("AutoencoderKL", config, randn(1, 4, 12, 10), 3, swap=True)
+
+
+def test_split_rows_hunyuan_video():
+    """Two ranks, plain nn.GroupNorm, causal 3-D convolutions padded by replication at the true edges."""
+    config = dict(block_out_channels=(32, 64), down_block_types=("HunyuanVideoDownBlock3D",) * 2,
+                  up_block_types=("HunyuanVideoUpBlock3D",) * 2, layers_per_block=1, norm_num_groups=8,
+                  latent_channels=4, spatial_compression_ratio=2, temporal_compression_ratio=4)
+    _split_decode("AutoencoderKLHunyuanVideo", config, randn(1, 4, 2, 9, 8), 2, swap=False)
+
+
+def test_split_rows_errors():
+    require()
+    import gnsilu.split as gs
+    assert gs.band_of(10, 0, 3) == (0, 3) and gs.band_of(10, 2, 3) == (6, 10)
+    try:
+        gs.band_of(10, 3, 3)
+        raise AssertionError("rank 3 of 3 accepted")
+    except ValueError as e:
+        assert "rank 3" in str(e)
+    strided = nn.Sequential(nn.Conv2d(4, 4, 3, stride=2, padding=1))
+    with one_thread(), torch.no_grad(), gs.rows(strided):
+        try:
+            strided(torch.randn(1, 4, 8, 8))
+            raise AssertionError("a stride-2 convolution accepted")
+        except ValueError as e:
+            assert "0" in str(e) and "stride-1" in str(e), e
+    assert "forward" not in vars(strided[0])
+    norm = nn.GroupNorm(2, 4).double()
+    with gs.rows(norm):
+        try:
+            norm(torch.randn(1, 4, 3, 3, dtype=torch.float64))
+            raise AssertionError("a float64 GroupNorm accepted")
+        except ValueError as e:
+            assert "float64" in str(e)
+
+
 def _tests():
     return [(name, f) for name, f in sorted(globals().items()) if name.startswith("test_") and callable(f)]
 
