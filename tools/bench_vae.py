@@ -3,7 +3,7 @@
 
     GNSILU_LIBRARY=build/libgnsilu.so python3 tools/bench_vae.py [--cases flux-512,flux-1024,hunyuan-video]
         [--modes eager,eager+gnsilu,compile,compile+gnsilu] [--layouts nchw,channels_last] [--runs 10]
-        [--no-profile] [--json results.json]
+        [--no-profile] [--memory-breakdown] [--no-exact] [--json results.json]
 
 Models, built from config dicts with random weights (seeded; no model hub):
   flux-512, flux-1024  diffusers.AutoencoderKL with the Flux VAE configuration (block_out_channels 128/256/512/512,
@@ -110,6 +110,58 @@ def breakdown(torch, decode, latent):
     return totals
 
 
+def memory_breakdown(torch, model, decode, z):
+    """Where one eager decode's memory goes (GiB), from hooks at every GroupNorm and on the mid block: the most
+    memory held at a GroupNorm's entry, the mid block's peak, and the largest peak between two consecutive GroupNorm
+    entries (the transients there), with the modules where each occurs."""
+    from torch import nn
+    import gnsilu.torch as gt
+    gib = 2 ** 30
+    state = {"last": "start", "held": (0.0, ""), "between": (0.0, ""), "mid": 0.0}
+
+    def at_norm(name):
+        def hook(module, inputs):
+            torch.cuda.synchronize()
+            held = torch.cuda.memory_allocated() / gib
+            peak = torch.cuda.max_memory_allocated() / gib
+            if held > state["held"][0]:
+                state["held"] = (held, name)
+            if peak > state["between"][0]:
+                state["between"] = (peak, f"{state['last']} -> {name}")
+            state["last"] = name
+            torch.cuda.reset_peak_memory_stats()
+        return hook
+
+    def mid_entry(module, inputs):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+    def mid_exit(module, inputs, output):
+        torch.cuda.synchronize()
+        state["mid"] = max(state["mid"], torch.cuda.max_memory_allocated() / gib)
+
+    hooks = []
+    for name, m in model.named_modules():
+        if isinstance(m, (nn.GroupNorm, gt.GroupNormSiLU)):
+            hooks.append(m.register_forward_pre_hook(at_norm(name)))
+        if name.endswith("decoder.mid_block") or name == "mid_block":
+            hooks.append(m.register_forward_pre_hook(mid_entry))
+            hooks.append(m.register_forward_hook(mid_exit))
+    try:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        decode(z)
+        torch.cuda.synchronize()
+        end_peak = torch.cuda.max_memory_allocated() / gib
+        if end_peak > state["between"][0]:
+            state["between"] = (end_peak, f"{state['last']} -> end")
+    finally:
+        for h in hooks:
+            h.remove()
+    return {"held_at_norm_gib": state["held"][0], "held_at": state["held"][1], "mid_block_peak_gib": state["mid"],
+            "between_norms_peak_gib": state["between"][0], "between": state["between"][1]}
+
+
 def run_row(torch, args, vae_bf16, latent, mode, layout, exact):
     import gnsilu.torch as gt
     model = copy.deepcopy(vae_bf16)
@@ -161,12 +213,15 @@ def run_row(torch, args, vae_bf16, latent, mode, layout, exact):
                 decode(z)
                 times.append((time.perf_counter() - begin) * 1e3)
             peak = float("nan")
-        error = ((out.float() - exact).norm() / exact.norm()).item()
+        error = float("nan") if exact is None else ((out.float() - exact).norm() / exact.norm()).item()
         kernels = breakdown(torch, decode, z) if args.profile and args.device == "cuda" else None
+        memory = None
+        if args.memory_breakdown and args.device == "cuda" and not mode.startswith("compile"):
+            memory = memory_breakdown(torch, model, decode, z)
     return {"mode": mode, "layout": layout, "ms": statistics.median(times), "peak_gib": peak,
             "relative_l2": error, "out": out.float(), "compile_s": compile_s, "kernels_ms": kernels,
             "swapped": None if swapped is None else {"pairs": swapped.pairs, "plain": swapped.plain},
-            "output_shape": list(out.shape)}
+            "output_shape": list(out.shape), "memory": memory}
 
 
 def main():
@@ -184,6 +239,13 @@ def main():
     parser.add_argument("--no-profile", dest="profile", action="store_false")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--json", help="write the rows there too")
+    parser.add_argument("--memory-breakdown", action="store_true",
+                        help="eager rows: one more decode with hooks at every GroupNorm and on the mid block (the "
+                             "memory held at a GroupNorm's entry, the mid block's peak, the peak between two "
+                             "GroupNorms)")
+    parser.add_argument("--no-exact", dest="exact", action="store_false",
+                        help="skip the float32 decode (its memory: twice the bf16 decode's); errors then against "
+                             "the first row only")
     args = parser.parse_args()
     import torch
     try:
@@ -203,8 +265,10 @@ def main():
     rows = []
     for case in args.cases.split(","):
         vae, latent = build(case, args, torch)
-        with torch.inference_mode():
-            exact = vae.decode(latent).sample.float()  # float32, eager, NCHW
+        exact = None
+        if args.exact:
+            with torch.inference_mode():
+                exact = vae.decode(latent).sample.float()  # float32, eager, NCHW
         vae_bf16 = vae.to(torch.bfloat16)
         del vae
         first_out = None  # the case's first row's output: the others' "rel. L2 to the first row"
@@ -223,9 +287,12 @@ def main():
                 compiled = "" if row["compile_s"] is None else f"  first call {row['compile_s']:.1f} s"
                 swapped = "" if row["swapped"] is None else f"  swapped {row['swapped']['pairs']}+" \
                                                            f"{row['swapped']['plain']}"
+                memory = "" if row["memory"] is None else \
+                    "  memory: held at a GroupNorm {held_at_norm_gib:.2f} GiB ({held_at}), mid block {mid_block_peak_gib:.2f}, " \
+                    "between GroupNorms {between_norms_peak_gib:.2f} ({between})".format(**row["memory"])
                 print(f"{case:14} {mode:15} {layout:14} {row['ms']:9.2f} ms  peak {row['peak_gib']:6.2f} GiB  "
                       f"rel L2 {row['relative_l2']:.2e} (to the first row {row['relative_l2_to_first']:.2e}){swapped}"
-                      f"{compiled}{detail}", flush=True)
+                      f"{compiled}{detail}{memory}", flush=True)
                 if args.device == "cuda":
                     torch.cuda.empty_cache()
     if args.json:
