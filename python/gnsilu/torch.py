@@ -33,6 +33,9 @@ swap_group_norm_silu(model) replaces, in place:
       time embedding, say, keeps doing so). The hand-off is a module attribute, which torch.compile traces;
   (c) then every other nn.GroupNorm, wherever it is a child (nn.Sequential, ModuleList, block attribute): by a
       GroupNorm (the same computation, so nothing needs proving), unless plain=False.
+Per-frame GroupNorm wrappers (diffusers' MochiChunkedGroupNorm3D) count as GroupNorms in (b) and (c): they become a
+FrameGroupNorm around a GroupNormSiLU (a proven pair) or a GroupNorm. A swapped module that hands a CUDA input to
+PyTorch (strides in neither layout, another dtype) warns once, naming itself and why.
 Only plain modules are touched: exactly nn.GroupNorm / nn.SiLU / nn.Sequential, with no hooks and no instance
 forward; nothing at all while global module hooks are registered. The limits are listed in python/README.md.
 """
@@ -47,7 +50,7 @@ from . import _api, _fusion
 from ._api import group_norm, layout_of
 from ._errors import LibraryNotFoundError, UnsupportedDeviceError
 
-__all__ = ["GroupNormSiLU", "GroupNorm", "SwapCounts", "swap_group_norm_silu", "OP_SCHEMA"]
+__all__ = ["GroupNormSiLU", "GroupNorm", "FrameGroupNorm", "SwapCounts", "swap_group_norm_silu", "OP_SCHEMA"]
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _HANDOFF = "_gnsilu_handoff"  # on a _SiLUAfterGroupNormSiLU: the tensor its GroupNormSiLU just returned (case b)
@@ -150,6 +153,40 @@ def _gnsilu_takes(module, x):
                                              or (bias is not None and bias.requires_grad)))
 
 
+def _declined(module, x):
+    """Why gnsilu does not take x in `module` where a user would expect it to (a CUDA tensor in inference), or None:
+    also None where PyTorch's ops are the documented choice (CPU tensors, autograd, TorchScript, a library that
+    cannot run here: said once already) or where F.group_norm itself will raise."""
+    if _unusable is not None or type(x) is not torch.Tensor or not (x.is_cuda or x.device.type in _DEVICE_TYPES) \
+            or torch.jit.is_tracing() or torch.jit.is_scripting() or x.dim() < 2 or x.shape[1] != module.num_channels:
+        return None
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, module.weight, module.bias)):
+        return None
+    if x.dtype not in _DTYPES:
+        return f"its input is {x.dtype} (gnsilu takes bfloat16, float16 and float32)"
+    if layout_of(x.shape, x.stride()) is None:
+        return (f"its input (shape {tuple(x.shape)}, strides {x.stride()}) is in neither layout gnsilu takes "
+                "(contiguous or channels-last)")
+    for name in ("weight", "bias"):
+        p = getattr(module, name)
+        if p is not None and (p.device != x.device or p.dtype not in _DTYPES):
+            return f"its {name} is {p.dtype} on {p.device}, its input on {x.device}"
+    return None
+
+
+def _note_declined(module, x):
+    """One RuntimeWarning per module that hands an input gnsilu would be expected to take to PyTorch (_declined),
+    naming the module (its name in the model swap_group_norm_silu was given) and why."""
+    if getattr(module, "_gnsilu_declined", False) or _is_compiling():
+        return
+    reason = _declined(module, x)
+    if reason is not None:
+        object.__setattr__(module, "_gnsilu_declined", True)
+        name = getattr(module, "_gnsilu_name", None) or type(module).__name__
+        warnings.warn(f"gnsilu: {name} runs PyTorch's GroupNorm, not gnsilu: {reason} (said once for this module)",
+                      RuntimeWarning, stacklevel=3)
+
+
 def _fast_forward(module, x, activation):
     """module(x) through gnsilu's fast path (gnsilu/_api.py: a call whose key ran before) in eager mode, or None
     where that does not apply; then forward decides as usual. Equivalent to _gnsilu_takes: a key holds x's type,
@@ -229,6 +266,7 @@ class GroupNormSiLU(nn.Module):
             return output
         if _gnsilu_takes(self, input):
             return _gnsilu(self, input, "silu")
+        _note_declined(self, input)
         return F.silu(F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps))
 
     def extra_repr(self):
@@ -262,6 +300,7 @@ class GroupNorm(nn.GroupNorm):
             return output
         if _gnsilu_takes(self, input):
             return _gnsilu(self, input, "none")
+        _note_declined(self, input)
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
 
 
@@ -293,6 +332,48 @@ class _SiLUAfterGroupNormSiLU(nn.SiLU):
                 return input
         return super().forward(input)
 
+
+
+class FrameGroupNorm(nn.Module):
+    """A GroupNorm of each frame of a video tensor (B, C, T, H, W) apart: `norm_layer` (a gnsilu GroupNorm or
+    GroupNormSiLU) applied to the frames as a batch of B*T images, the output (B, C, T, H, W) as a view of them.
+    What diffusers' MochiChunkedGroupNorm3D computes (swap_group_norm_silu puts it in that module's place, its
+    norm_layer swapped; the state_dict keys stay `....norm_layer.weight`), without the chunks and the concatenation:
+    a channels_last_3d input is already a channels-last batch of frames (a view: no copy); a contiguous one is
+    copied into frame order once (PyTorch's GroupNorm would copy that view too). Where its output is proven to go
+    straight into a SiLU (`_gnsilu_acts`, as for GroupNormSiLU), norm_layer is a GroupNormSiLU and the SiLU passes
+    the output through."""
+
+    def __init__(self, norm_layer):
+        super().__init__()
+        self.norm_layer = norm_layer
+
+    def forward(self, input):
+        if input.dim() != 5:
+            raise ValueError(f"FrameGroupNorm expects a 5-D (B, C, T, H, W) input, got {input.dim()}-D")
+        batch, frames = input.shape[0], input.shape[2]
+        x = input.transpose(1, 2).flatten(0, 1)  # (B*T, C, H, W): a view where the strides allow
+        if x.dim() == 4 and layout_of(tuple(x.shape), x.stride()) is None:
+            x = x.contiguous()  # one copy into frame order (a view in neither layout)
+        output = self.norm_layer(x).unflatten(0, (batch, frames)).transpose(1, 2)
+        for act in getattr(self, "_gnsilu_acts", ()):
+            setattr(act, _HANDOFF, output)
+        return output
+
+
+def _frame_norm_classes():
+    """The per-frame GroupNorm wrappers FrameGroupNorm replaces: diffusers' MochiChunkedGroupNorm3D, if present."""
+    try:
+        from diffusers.models.autoencoders.autoencoder_kl_mochi import MochiChunkedGroupNorm3D
+    except ImportError:  # diffusers absent, or another version without it
+        return ()
+    return (MochiChunkedGroupNorm3D,)
+
+
+def _frame_norm(module):
+    """Whether module is a plain per-frame wrapper (_frame_norm_classes) around a plain nn.GroupNorm `norm_layer`."""
+    return any(_plain(module, cls) for cls in _frame_norm_classes()) and \
+        _plain(module._modules.get("norm_layer"), nn.GroupNorm) and set(module._modules) == {"norm_layer"}
 
 def _plain(module, cls):
     """Whether module is exactly a cls with no hooks of its own and no forward set on the instance."""
@@ -335,28 +416,39 @@ def _swap_sequential(sequential):
 
 
 def _swap_plain_group_norms(module):
-    """Puts GroupNorm in place of every plain nn.GroupNorm child in `module` and its submodules (one replacement
-    per GroupNorm object, so a norm shared by two parents stays shared); returns how many were replaced."""
+    """Puts GroupNorm in place of every plain nn.GroupNorm child in `module` and its submodules, and a
+    FrameGroupNorm around a GroupNorm in place of every per-frame wrapper (_frame_norm) (one replacement per
+    object, so a norm shared by two parents stays shared); returns how many were replaced."""
     replacements = {}
     for parent in list(module.modules()):
+        if id(parent) in replacements:
+            continue  # a wrapper replaced above (its parent comes first): out of the model now
         for name, child in list(parent._modules.items()):
-            if _plain(child, nn.GroupNorm):
-                if id(child) not in replacements:
+            if id(child) not in replacements:
+                if _frame_norm(child):
+                    replacements[id(child)] = FrameGroupNorm(
+                        GroupNorm.from_group_norm(child.norm_layer)).train(child.training)
+                elif _plain(child, nn.GroupNorm):
                     replacements[id(child)] = GroupNorm.from_group_norm(child)
+            if id(child) in replacements:
                 setattr(parent, name, replacements[id(child)])
     return len(replacements)
 
 
 def _swap_block(block):
     children = block._modules
-    norms = {name for name, child in children.items() if _plain(child, nn.GroupNorm)}
+    norms = {name for name, child in children.items() if _plain(child, nn.GroupNorm) or _frame_norm(child)}
     acts = {name for name, child in children.items()
             if _plain(child, nn.SiLU) or _plain(child, _SiLUAfterGroupNormSiLU)}
     if not norms or not acts or "forward" in vars(block):
         return 0
     pairs = _fusion.proven_pairs(type(block), nn.Module, norms, acts, lambda name: _plain_attribute(block, name))
     for norm, act_names in pairs.items():
-        fused = _GroupNormSiLUBeforeSiLU.from_group_norm(children[norm])
+        if _frame_norm(children[norm]):  # per frame: the frames' GroupNormSiLU, the hand-off by the wrapper
+            fused = FrameGroupNorm(GroupNormSiLU.from_group_norm(children[norm].norm_layer))
+            fused.train(children[norm].training)
+        else:
+            fused = _GroupNormSiLUBeforeSiLU.from_group_norm(children[norm])
         for act in act_names:
             if type(children[act]) is nn.SiLU:
                 setattr(block, act, _SiLUAfterGroupNormSiLU(children[act].inplace))
@@ -387,4 +479,7 @@ def swap_group_norm_silu(module, *, plain=True, return_counts=False):
             else:
                 pairs += _swap_block(parent)
         counts = SwapCounts(pairs, _swap_plain_group_norms(module) if plain else 0)
+        for name, m in module.named_modules():  # their names, for _note_declined's warning
+            if isinstance(m, (GroupNormSiLU, GroupNorm)) and not hasattr(m, "_gnsilu_name"):
+                object.__setattr__(m, "_gnsilu_name", f"{type(module).__name__}.{name}" if name else type(m).__name__)
     return counts if return_counts else counts.pairs

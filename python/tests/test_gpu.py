@@ -912,5 +912,32 @@ class TestSplitDecode(unittest.TestCase):
                         f"{len(names)} GroupNorms bit-identical; relative L2 {error:.2e}"))
 
 
+
+@unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
+class TestFrameGroupNorm(unittest.TestCase):
+    """gnsilu.torch.FrameGroupNorm (Mochi's per-frame GroupNorm): gnsilu runs on it in both layouts (a view of a
+    channels_last_3d input, one copy of a contiguous one), with the bits of gnsilu's call on the batch of frames."""
+
+    def test_per_frame_bits_in_both_layouts(self):
+        torch.manual_seed(6)
+        norm = gt.GroupNormSiLU(8, 64).cuda()
+        nn.init.normal_(norm.weight)
+        nn.init.normal_(norm.bias)
+        module = gt.FrameGroupNorm(norm)
+        x = (torch.randn(2, 64, 5, 24, 20, device="cuda") * 2 + 3).to(torch.bfloat16)
+        frames = x.transpose(1, 2).reshape(10, 64, 24, 20)
+        expected = gnsilu.group_norm_silu(frames, 8, norm.weight, norm.bias, norm.eps)
+        expected = expected.unflatten(0, (2, 5)).transpose(1, 2)
+        for memory_format in (torch.contiguous_format, torch.channels_last_3d):
+            v = x.contiguous(memory_format=memory_format)
+            with torch.inference_mode(), counting_gnsilu_calls() as calls:
+                y = module(v)
+                y_again = module(v)
+            self.assertEqual(sum(calls), 2, f"{memory_format}: gnsilu did not run ({calls})")
+            self.assertTrue(same_bits(y, expected), str(memory_format))
+            self.assertTrue(same_bits(y_again, expected), str(memory_format))
+        SUMMARY.append(("regions", "FrameGroupNorm (per frame), both layouts", "gnsilu ran; bits of the frames' call"))
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -351,6 +351,41 @@ class TestFastPath(unittest.TestCase):
         self.assertTrue(torch.equal(y, F.silu(F.group_norm(x, 4, module.weight, module.bias, module.eps))))
 
 
+class TestDeclined(unittest.TestCase):
+    """A swapped module that hands an input gnsilu would be expected to take to PyTorch says so once, naming itself
+    and why (here CPU tensors stand in for CUDA ones: modules_take_cpu)."""
+
+    def test_one_warning_per_module_with_its_name_and_reason(self):
+        import warnings
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(4, 8, 1), nn.GroupNorm(2, 8), nn.SiLU(), nn.GroupNorm(4, 8))
+        self.assertEqual(gt.swap_group_norm_silu(model, return_counts=True), gt.SwapCounts(1, 1))
+        x = torch.randn(2, 8, 6, 5)
+        strided = x.transpose(2, 3)  # (2, 8, 5, 6) in neither layout
+        with modules_take_cpu(), torch.no_grad():
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                y = model[1](strided)
+                model[1](strided)  # the same module again: no second warning
+                model[3](x)  # dense: gnsilu's path (here PyTorch's ops behind the op), nothing to say
+                model[3].double()(x.double())
+        messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+        self.assertEqual(len(messages), 2, messages)
+        self.assertIn("Sequential.1", messages[0])
+        self.assertIn("neither layout", messages[0])
+        self.assertIn("Sequential.3", messages[1])
+        self.assertIn("torch.float64", messages[1])
+        self.assertTrue(torch.equal(y, F.silu(F.group_norm(strided, 2, model[1].weight, model[1].bias, 1e-5))))
+        # CPU tensors without modules_take_cpu, and inputs that need a gradient: PyTorch's documented choice, silent
+        fresh = gt.GroupNorm(2, 8)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fresh(strided)
+            with modules_take_cpu():
+                fresh(x.requires_grad_())
+        self.assertEqual([str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)], [])
+
+
 # ---- layout_of on tensors, the torch path of group_norm, the modules and the swap on CPU tensors -----------------
 class TestTorchOnCPU(unittest.TestCase):
     def setUp(self):

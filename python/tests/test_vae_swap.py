@@ -265,15 +265,49 @@ def test_autoencoder_kl_magvit_without_spatial_group_norm():
 
 
 def test_autoencoder_kl_mochi():
-    # All 21 GroupNorms (MochiResnetBlock3D norm1/norm2 and the encoder's norm_out, each followed by the block's
-    # nonlinearity) sit inside MochiChunkedGroupNorm3D, which norms per frame in chunks (permute, split, a list
-    # comprehension, cat, permute) and holds no SiLU: no block holds both the GroupNorm and the SiLU, and the SiLU
-    # gets a new tensor. 21 pairs in the code, none proven, all plain. (in_channels=15: the 3 video channels after
-    # Mochi's Fourier features.)
+    # All 21 GroupNorms (MochiResnetBlock3D norm1/norm2 and the encoder's norm_out) sit inside
+    # MochiChunkedGroupNorm3D (per-frame GroupNorm in chunks: permute, split, cat, permute), each followed by the
+    # block's nonlinearity: the wrappers become gnsilu.torch.FrameGroupNorm (one call over all frames), and all 21
+    # are proven pairs (block.norm1 -> block.nonlinearity, as in ResnetBlock2D). (in_channels=15: the 3 video
+    # channels after Mochi's Fourier features.)
     config = dict(in_channels=15, encoder_block_out_channels=(32,) * 4, decoder_block_out_channels=(32,) * 4,
                   latent_channels=4, layers_per_block=(1,) * 5, temporal_expansions=(1, 1, 1),
                   spatial_expansions=(2, 1, 1), add_attention_block=(False,) * 5)
-    check("AutoencoderKLMochi", config, randn(1, 3, 3, 8, 8), pairs=0, plain=21)
+    model = check("AutoencoderKLMochi", config, randn(1, 3, 3, 8, 8), pairs=21, plain=0)
+    frame_norms = [m for m in model.modules() if type(m) is gt.FrameGroupNorm]
+    assert len(frame_norms) == 21 and all(type(m.norm_layer) is gt.GroupNormSiLU for m in frame_norms)
+    assert not any(type(m).__name__ == "MochiChunkedGroupNorm3D" for m in model.modules())
+
+
+def test_frame_group_norm_plain_and_batches():
+    """A Mochi wrapper that no SiLU follows (in a ModuleList, as the attention norms are) becomes a FrameGroupNorm
+    around a plain GroupNorm; per-frame results equal the wrapper's for batches of several videos, in both
+    layouts, and with more frames than its chunk."""
+    require()
+    try:
+        from diffusers.models.autoencoders.autoencoder_kl_mochi import MochiChunkedGroupNorm3D
+    except ImportError:
+        raise unittest.SkipTest("this diffusers has no MochiChunkedGroupNorm3D")
+    with one_thread():
+        torch.manual_seed(2)
+        holder = nn.ModuleList([MochiChunkedGroupNorm3D(num_channels=16, num_groups=4, chunk_size=3)])
+        nn.init.normal_(holder[0].norm_layer.weight)
+        nn.init.normal_(holder[0].norm_layer.bias)
+        x = torch.randn(2, 16, 7, 5, 6) * 3 + 1
+        with torch.no_grad():
+            before = [holder[0](v) for v in (x, x.to(memory_format=torch.channels_last_3d))]
+        counts = gt.swap_group_norm_silu(holder, return_counts=True)
+        assert counts == gt.SwapCounts(0, 1), counts
+        assert type(holder[0]) is gt.FrameGroupNorm and type(holder[0].norm_layer) is gt.GroupNorm
+        with torch.no_grad():
+            after = [holder[0](v) for v in (x, x.to(memory_format=torch.channels_last_3d))]
+        for a, b in zip(after, before):
+            assert a.shape == b.shape and torch.equal(a, b)
+        try:
+            holder[0](x[0])
+            raise AssertionError("a 4-D input accepted")
+        except ValueError as e:
+            assert "5-D" in str(e)
 
 
 def test_autoencoder_kl_cosmos():
