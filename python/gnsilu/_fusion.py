@@ -9,7 +9,9 @@ This module proves that with Python's ast, for the code as written (no torch.fx,
 
 A use of `self.norm` counts as proven when it is
   - `self.act(self.norm(e))` (one argument each, anywhere), or
-  - `v = self.norm(e)` in forward whose next statement is `v = self.act(v)` or `return self.act(v)`. "Next" follows
+  - `v = self.norm(e)` in forward whose next statement is `v = self.act(v)` or `return self.act(v)`, with only
+    statements `v = v.permute(...).unflatten(...)` (methods that always return a view, pure arguments) between
+    them: the act then gets a view of the norm's output, which the swapped SiLU also passes through. "Next" follows
     the control flow: past the end of an if/else branch to the statement after it, and past an `if` whose test the
     block's current configuration decides (`self.kind == "default"`, `self.up is None`, `x is not None and ...`),
     whose dead branch is then ignored. Such tests must be pure: identity tests and comparisons of plain
@@ -191,6 +193,41 @@ def _statement_bodies(statement):
                     yield item.body
 
 
+# Tensor methods that always return a view (never a copy; `view` raises rather than copy): a SiLU applied to a view of
+# silu(group_norm(x)) is that view of silu(group_norm(x)), so the swapped SiLU may pass such a view through.
+_VIEWS = {"permute", "unflatten", "transpose", "movedim", "unsqueeze", "squeeze", "view", "narrow", "swapaxes",
+          "swapdims"}
+
+
+def _pure_argument(node, self_name):
+    """An argument whose evaluation runs no code: constants, local names, tuples/lists of them, arithmetic."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id != self_name
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return all(_pure_argument(e, self_name) for e in node.elts)
+    if isinstance(node, ast.UnaryOp):
+        return _pure_argument(node.operand, self_name)
+    if isinstance(node, ast.BinOp):
+        return _pure_argument(node.left, self_name) and _pure_argument(node.right, self_name)
+    return False
+
+
+def _view_step(statement, variable, self_name):
+    """Whether statement is `variable = variable.<view>(...).<view>(...)...` (methods of _VIEWS, pure arguments)."""
+    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name) and statement.targets[0].id == variable):
+        return False
+    node, steps = statement.value, 0
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _VIEWS:
+        if not all(_pure_argument(a, self_name) for a in node.args) or \
+                not all(k.arg is not None and _pure_argument(k.value, self_name) for k in node.keywords):
+            return False
+        node, steps = node.func.value, steps + 1
+    return steps > 0 and isinstance(node, ast.Name) and node.id == variable
+
+
 def _forward_pairs(function, self_name, norms, acts, tests):
     """({id(norm Call): act} for `v = self.norm(e)` followed by `v = self.act(v)`, ids of dead nodes)."""
     proven, dead = {}, set()
@@ -223,6 +260,12 @@ def _forward_pairs(function, self_name, norms, acts, tests):
         statements = live(statements)
         for i, statement in enumerate(statements):
             following = statements[i + 1] if i + 1 < len(statements) else after
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+                    and isinstance(statement.targets[0], ast.Name):
+                j = i + 1  # past `v = v.permute(...)` and the like: the act then gets a view of the norm's output
+                while j < len(statements) and _view_step(statements[j], statement.targets[0].id, self_name):
+                    j += 1
+                following = statements[j] if j < len(statements) else after
             if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
                     and isinstance(statement.targets[0], ast.Name)
                     and _single_call(statement.value, self_name, norms) and following is not None):

@@ -317,8 +317,9 @@ class _GroupNormSiLUBeforeSiLU(GroupNormSiLU):
 
 class _SiLUAfterGroupNormSiLU(nn.SiLU):
     """nn.SiLU that passes through the tensor its _GroupNormSiLUBeforeSiLU just returned (the same object, `is`,
-    which torch.compile traces), and applies SiLU to anything else. Either way the hand-off is cleared, so no
-    tensor is held past the next call."""
+    which torch.compile traces) or a view of it (`input._base is handed`: the block's code, proven, only takes views
+    such as permute/unflatten in between, and SiLU commutes with them), and applies SiLU to anything else. Either
+    way the hand-off is cleared, so no tensor is held past the next call."""
 
     def __init__(self, inplace=False):
         super().__init__(inplace)
@@ -328,7 +329,7 @@ class _SiLUAfterGroupNormSiLU(nn.SiLU):
         handed = getattr(self, _HANDOFF)
         if handed is not None:
             setattr(self, _HANDOFF, None)
-            if handed is input:
+            if handed is input or input._base is handed:
                 return input
         return super().forward(input)
 

@@ -865,6 +865,49 @@ def helper(module, x):
     return module.norm(x)
 
 
+
+class ThroughViews(Base):
+    """Magvit's spatial norm: views between the norm and the SiLU."""
+
+    def forward(self, h):
+        if self.spatial:
+            batch = h.size(0)
+            h = h.permute(0, 2, 1, 3, 4).flatten(0, 1)
+            h = self.norm(h)
+            h = h.unflatten(0, (batch, -1)).permute(0, 2, 1, 3, 4)
+        else:
+            h = self.norm(h)
+        h = self.act(h)
+        return h
+
+
+class ThroughACopy(Base):
+    """reshape and contiguous may copy: the SiLU would then get a new tensor."""
+
+    def forward(self, h):
+        h = self.norm(h)
+        h = h.reshape(h.shape[0], -1)
+        return self.act(h)
+
+
+class ThroughAnImpureView(Base):
+    """A view whose argument calls code."""
+
+    def forward(self, h):
+        h = self.norm(h)
+        h = h.permute(*self.order())
+        return self.act(h)
+
+
+class ThroughAnotherName(Base):
+    """The view under another name: the norm's output is still held by `h`."""
+
+    def forward(self, h):
+        h = self.norm(h)
+        v = h.permute(0, 1, 3, 2)
+        v = self.act(v)
+        return v + h
+
 class TestProof(unittest.TestCase):
     def pairs(self, cls, norms=("norm",), acts=("act",), **config):
         return _fusion.proven_pairs(cls, Base, set(norms), set(acts), lambda name: config.get(name, _fusion.UNKNOWN))
@@ -898,6 +941,14 @@ class TestProof(unittest.TestCase):
         self.assertEqual(self.pairs(TensorTruth, mode="never"), {})
         self.assertEqual(self.pairs(ReturnsAct, acts=("other",)), {})
         self.assertEqual(self.pairs(ReturnsAct), {"norm": {"act"}})
+
+    def test_views_between_norm_and_act(self):
+        self.assertEqual(self.pairs(ThroughViews, spatial=True), {"norm": {"act"}})
+        self.assertEqual(self.pairs(ThroughViews, spatial=False), {"norm": {"act"}})
+        self.assertEqual(self.pairs(ThroughViews), {"norm": {"act"}})  # both branches of the undecided if
+        for cls in (ThroughACopy, ThroughAnImpureView, ThroughAnotherName):
+            with self.subTest(cls=cls.__name__):
+                self.assertEqual(self.pairs(cls), {})
 
     def test_base_must_be_in_the_mro(self):
         self.assertEqual(_fusion.proven_pairs(ReturnsAct, int, {"norm"}, {"act"}, lambda name: _fusion.UNKNOWN), {})

@@ -87,6 +87,22 @@ class HandOffBlock(nn.Module if torch is not None else object):
         return self.conv(h) + self.attention_norm(x)
 
 
+class ViewsBlock(nn.Module if torch is not None else object):
+    """Magvit's spatial GroupNorm in miniature: frames flattened into the batch, normed, put back by views, then SiLU."""
+
+    def __init__(self, channels=16, groups=4):
+        super().__init__()
+        self.norm = nn.GroupNorm(groups, channels)
+        self.nonlinearity = nn.SiLU()
+
+    def forward(self, x):
+        batch = x.size(0)
+        h = x.permute(0, 2, 1, 3, 4).flatten(0, 1)
+        h = self.norm(h)
+        h = h.unflatten(0, (batch, -1)).permute(0, 2, 1, 3, 4)
+        h = self.nonlinearity(h)
+        return h + self.nonlinearity(x)  # the shared SiLU then meets another tensor
+
 @unittest.skipIf(torch is None, "PyTorch is not installed")
 class TestOperator(unittest.TestCase):
     def setUp(self):
@@ -219,6 +235,23 @@ class TestHandOff(unittest.TestCase):
                 if backend == "eager":  # three gnsilu calls; SiLU only on the time embedding
                     self.assertEqual(ops.count(OP), 3)
                     self.assertEqual(sum("silu" in op for op in ops if op != OP), 1)
+
+    def test_views_between_norm_and_silu(self):
+        torch.manual_seed(1)
+        block = ViewsBlock().eval()
+        x = torch.randn(2, 16, 3, 5, 4)
+        with torch.no_grad():
+            expected = block(x)
+        self.assertEqual(gt.swap_group_norm_silu(block, return_counts=True), gt.SwapCounts(1, 0))
+        with modules_take_cpu(), torch.no_grad():
+            self.assertTrue(torch.equal(block(x), expected))
+            torch._dynamo.reset()
+            ops = []
+            compiled = torch.compile(block, backend=graph_ops(ops), fullgraph=True)
+            self.assertTrue(torch.equal(compiled(x), expected))
+            self.assertIsNone(block.nonlinearity._gnsilu_handoff)
+        self.assertEqual(ops.count(OP), 1)
+        self.assertEqual(sum("silu" in op for op in ops if op != OP), 1)  # SiLU only on x itself
 
     def test_norm_called_outside_the_block(self):
         with torch.no_grad():
