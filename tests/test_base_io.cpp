@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "base/atomic_file.hpp"
-#include "base/base64.hpp"
+#include "cache/transfer/atomic_file.hpp"
+#include "cache/transfer/base64.hpp"
 #include "temp_dir.hpp"
 
 using gnsilu::detail::base64_decode;

@@ -36,7 +36,7 @@
 #include <thread>
 #include <vector>
 
-#include "base/atomic_file.hpp"
+#include "cache/transfer/atomic_file.hpp"
 #include "base/hash.hpp"
 #include "runtime/compiler.hpp"
 #include "runtime/kernel_sources.hpp"

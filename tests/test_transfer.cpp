@@ -17,7 +17,7 @@
 #include "cache/store.hpp"
 #include "cache_samples.hpp"
 #include "temp_dir.hpp"
-#include "cache/transfer.hpp"
+#include "cache/transfer/transfer.hpp"
 
 using namespace gnsilu::cache;
 namespace fs = std::filesystem;

@@ -7,14 +7,17 @@ src/base, cache, src/runtime, src/tuning, src/api. Library code writes every pro
 and no file includes a header of a layer above its own. Public headers include only public headers. (The kernels'
 own files include each other by bare name: NVRTC compiles them from embedded copies.)
 
-Usage: check_layers.py [REPOSITORY_ROOT]. Prints the layer-to-layer edges and exits 1 on any violation.
+Usage: check_layers.py [REPOSITORY_ROOT] [--library libgnsilu.so]. Prints the layer-to-layer edges and exits 1 on any
+violation. With --library: also that the shared library holds the runtime only, none of cache/transfer's functions
+(export, import and merge, their JSON, base64 and atomic writes), read from its symbol table (nm -C).
 """
 import collections
 import pathlib
 import re
 import sys
 
-RANKS = {"gnsilu": 0, "kernels": 0, "base": 1, "cache": 2, "runtime": 3, "tuning": 4, "api": 5}
+# transfer (cache/transfer: export, import, merge) is outside libgnsilu.so: no library layer may include it.
+RANKS = {"gnsilu": 0, "kernels": 0, "base": 1, "cache": 2, "runtime": 3, "tuning": 4, "api": 5, "transfer": 6}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -22,6 +25,8 @@ def layer_of(root, path):
     rel = path.relative_to(root).parts
     if rel[0] == "include":
         return "gnsilu"
+    if rel[0] == "cache" and len(rel) > 2 and rel[1] == "transfer":
+        return "transfer"
     if rel[0] in ("cache", "kernels"):
         return rel[0]
     if rel[0] == "src" and len(rel) > 2:
@@ -36,8 +41,32 @@ def resolve(root, name):
     return None
 
 
+# Demangled names of cache/transfer's functions (and of the JSON library only it uses).
+TRANSFER_SYMBOLS = re.compile(
+    r"nlohmann|gnsilu::detail::(base64_encode|base64_decode|write_file_atomically)\b|"
+    r"gnsilu::cache::(key_json|config_json|candidate_json|export_text|parse_export|better_measured|merge|merge_into|"
+    r"bundle_of|read_bundle|write_export|take_mismatched)\(")
+
+
+def transfer_symbols(library):
+    """The symbols of cache/transfer in the library's symbol table (nm -C), or None when nm cannot read it."""
+    import subprocess
+    try:
+        listing = subprocess.run(["nm", "-C", str(library)], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"FAIL nm -C {library}: {e}")
+        return None
+    return sorted({line.split(None, 2)[-1] for line in listing.splitlines() if TRANSFER_SYMBOLS.search(line)})
+
+
 def main():
-    root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
+    args = sys.argv[1:]
+    library = None
+    if "--library" in args:
+        i = args.index("--library")
+        library = args[i + 1]
+        del args[i:i + 2]
+    root = pathlib.Path(args[0] if args else ".").resolve()
     files = [p for d in ("include", "src", "cache", "kernels") for p in sorted((root / d).rglob("*"))
              if p.suffix in (".h", ".hpp", ".cpp", ".cuh", ".cu")]
     problems = []
@@ -71,6 +100,13 @@ def main():
     for (a, b), n in sorted(edges.items(), key=lambda e: (RANKS[e[0][0]], e[0])):
         print(f"{a:>8} -> {b:<8} {n:3} includes")
     print(f"{len(files)} files checked")
+    if library is not None:
+        found = transfer_symbols(library)
+        if found is None:
+            problems.append(f"{library}: no symbol table read")
+        else:
+            problems += [f"{library} holds cache/transfer's {name}" for name in found[:20]]
+            print(f"{library}: {len(found)} symbols of cache/transfer")
     for p in problems:
         print("FAIL", p)
     return 1 if problems else 0

@@ -33,7 +33,7 @@
 #include "cache/entries.hpp"
 #include "input.hpp"
 #include "cache/store.hpp"
-#include "cache/transfer.hpp"
+#include "cache/transfer/transfer.hpp"
 
 namespace {
 

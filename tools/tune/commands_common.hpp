@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cache/store.hpp"
-#include "cache/transfer.hpp"
+#include "cache/transfer/transfer.hpp"
 #include "commands.hpp"
 #include "tune.hpp"
 

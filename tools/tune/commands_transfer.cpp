@@ -6,7 +6,7 @@
 #include "commands.hpp"
 #include "commands_common.hpp"
 #include "gpu.hpp"
-#include "cache/transfer.hpp"
+#include "cache/transfer/transfer.hpp"
 #include "runtime/kernels.hpp"
 
 namespace gnsilu::tune {

@@ -8,7 +8,7 @@
 #include "commands_common.hpp"
 #include "gpu.hpp"
 #include "base/counters.hpp"
-#include "cache/transfer.hpp"
+#include "cache/transfer/transfer.hpp"
 #include "runtime/kernels.hpp"
 
 namespace gnsilu::tune {

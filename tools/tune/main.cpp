@@ -18,7 +18,7 @@
 #include "gnsilu/gnsilu.hpp"
 #include "cache/cache.hpp"
 #include "cache/lease.hpp"
-#include "cache/transfer.hpp"
+#include "cache/transfer/transfer.hpp"
 
 namespace {
 

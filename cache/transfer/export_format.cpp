@@ -1,5 +1,5 @@
 // The export format's JSON, written and read (export_format.hpp).
-#include "cache/export_format.hpp"
+#include "cache/transfer/export_format.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "base/base64.hpp"
+#include "cache/transfer/base64.hpp"
 #include "base/launch_config.hpp"
 
 namespace gnsilu::cache {

@@ -1,6 +1,6 @@
 // The merge policy: which of two entries for a key was measured better, and merging bundles and stores by it
 // (merge.hpp).
-#include "cache/merge.hpp"
+#include "cache/transfer/merge.hpp"
 
 #include <algorithm>
 #include <limits>

@@ -1,5 +1,5 @@
 // Base64 encoding and decoding (base64.hpp).
-#include "base/base64.hpp"
+#include "cache/transfer/base64.hpp"
 
 #include <array>
 #include <cstdint>

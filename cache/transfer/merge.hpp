@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "cache/bundle.hpp"
+#include "cache/transfer/bundle.hpp"
 #include "cache/entries.hpp"
 
 namespace gnsilu::cache {

@@ -8,10 +8,10 @@
 #include <optional>
 #include <string>
 
-#include "cache/bundle.hpp"
+#include "cache/transfer/bundle.hpp"
 #include "cache/entries.hpp"
-#include "cache/export_format.hpp"
-#include "cache/merge.hpp"
+#include "cache/transfer/export_format.hpp"
+#include "cache/transfer/merge.hpp"
 
 namespace gnsilu::cache {
 
@@ -26,7 +26,7 @@ Bundle bundle_of(Store& store, bool with_kernels, bool untrusted_kernels = false
 // through an upgraded copy in memory, Store::read_upgraded). Throws TransferError.
 Bundle read_bundle(const std::string& path, bool with_kernels = true, bool untrusted_kernels = false);
 
-// Writes an export file atomically (a temporary file renamed over `path`: base/atomic_file.hpp). Throws
+// Writes an export file atomically (a temporary file renamed over `path`: atomic_file.hpp). Throws
 // TransferError.
 void write_export(const Bundle& bundle, const std::string& path);
 

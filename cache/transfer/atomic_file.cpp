@@ -1,5 +1,5 @@
 // Atomic file writes: a temporary file renamed over the target (atomic_file.hpp).
-#include "base/atomic_file.hpp"
+#include "cache/transfer/atomic_file.hpp"
 
 #include <unistd.h>
 

@@ -1,13 +1,13 @@
 // Cache contents in and out of files: a store's contents as a bundle, reading an export file or a SQLite cache
 // file, writing an export file, and setting apart entries another machine cannot use (transfer.hpp). The format
 // itself is export_format.cpp, the merge policy merge.cpp.
-#include "cache/transfer.hpp"
+#include "cache/transfer/transfer.hpp"
 
 #include <fstream>
 #include <iterator>
 #include <utility>
 
-#include "base/atomic_file.hpp"
+#include "cache/transfer/atomic_file.hpp"
 #include "cache/store.hpp"
 
 namespace gnsilu::cache {

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "cache/bundle.hpp"
+#include "cache/transfer/bundle.hpp"
 #include "cache/entries.hpp"
 
 namespace gnsilu::cache {
