@@ -69,14 +69,6 @@ TunedShape tuned_shape_from_legacy(std::string_view text, std::string_view size_
   return shape;
 }
 
-bool path_from_name(std::string_view name, Path& path) {
-  if (name == "auto") path = Path::Auto;
-  else if (name == "fused") path = Path::Fused;
-  else if (name == "split") path = Path::Split;
-  else return false;
-  return true;
-}
-
 std::string size_class_of(std::size_t bytes, std::size_t l2_bytes, std::string_view path) {
   // Activations whose x and y fit in L2 run from cache on repeated calls; larger ones stream from DRAM.
   return std::string(bytes <= l2_bytes ? "l2-" : "dram-") + std::string(path);
@@ -103,25 +95,6 @@ std::vector<std::string> split_lowered_names(const std::string& text) {
   return out;
 }
 
-DType dtype_from_name(const std::string& name) {
-  if (name == "bf16") return DType::BF16;
-  if (name == "fp16") return DType::FP16;
-  if (name == "fp32") return DType::FP32;
-  return DType::None;
-}
 
-bool layout_from_name(const std::string& name, Layout& layout) {
-  if (name == "nchw") layout = Layout::ChannelsFirst;
-  else if (name == "nhwc") layout = Layout::ChannelsLast;
-  else return false;
-  return true;
-}
-
-bool activation_from_name(const std::string& name, Activation& activation) {
-  if (name == "silu") activation = Activation::SiLU;
-  else if (name == "none") activation = Activation::None;
-  else return false;
-  return true;
-}
 
 }  // namespace gnsilu::cache

@@ -116,15 +116,6 @@ std::optional<std::vector<int64_t>> shape_from_text(std::string_view text, std::
 // file, and by parse_export; everything else uses the typed fields.
 TunedShape tuned_shape_from_legacy(std::string_view text, std::string_view size_class);
 
-// "auto" / "fused" / "split" (path_name) -> Path; false for anything else.
-bool path_from_name(std::string_view name, Path& path);
-
-// "bf16" <-> DType
-DType dtype_from_name(const std::string& name);
-// "nchw" / "nhwc" (layout_name) -> Layout, and "silu" / "none" -> Activation; false for anything else.
-bool layout_from_name(const std::string& name, Layout& layout);
-bool activation_from_name(const std::string& name, Activation& activation);
-
 }  // namespace gnsilu::cache
 
 // Log lines name a tuned shape by its text.

@@ -13,6 +13,7 @@
 #include <stop_token>
 
 #include "base/log.hpp"
+#include "base/names.hpp"
 
 namespace gnsilu::cache {
 namespace {
@@ -41,15 +42,12 @@ void bind_key(SQLite::Statement& s, const TuningKey& k, int first = 1) {
 // Whether a key's layout and activation (and the entry's tuned path) are values this gnsilu names (a key built
 // from anything else would be stored as "unknown" and never read back).
 bool known_key(const TuningKey& k) {
-  Layout layout;
-  Activation activation;
-  return layout_from_name(layout_name(k.layout), layout) && activation_from_name(activation_name(k.activation), activation);
+  return detail::layout_from_name(layout_name(k.layout)) && detail::activation_from_name(activation_name(k.activation));
 }
 
 // Whether what an entry was tuned on reads back as written: a path with a name, positive dims.
 bool storable(const TunedShape& t) {
-  Path path;
-  return path_from_name(path_name(t.path), path) &&
+  return detail::path_from_name(path_name(t.path)) &&
          std::all_of(t.dims.begin(), t.dims.end(), [](int64_t d) { return d > 0; });
 }
 
@@ -63,8 +61,8 @@ bool read_entry(SQLite::Statement& q, TuningEntry& e) {
   e.key.device.l2_kib = q.getColumn(5).getInt();
   e.key.code_version = q.getColumn(6).getString();
   e.key.channels_per_group = q.getColumn(7).getInt64();
-  e.key.x_dtype = dtype_from_name(q.getColumn(8).getString());
-  e.key.y_dtype = dtype_from_name(q.getColumn(9).getString());
+  e.key.x_dtype = detail::dtype_from_name(q.getColumn(8).getString()).value_or(DType::None);
+  e.key.y_dtype = detail::dtype_from_name(q.getColumn(9).getString()).value_or(DType::None);
   e.key.size_class = q.getColumn(10).getString();
   e.winner = {q.getColumn(11).getInt(), q.getColumn(12).getInt(), q.getColumn(13).getInt(), q.getColumn(14).getInt()};
   e.default_us = q.getColumn(15).getDouble();
@@ -79,10 +77,16 @@ bool read_entry(SQLite::Statement& q, TuningEntry& e) {
   } else {
     e.tuned_shape.dims = shape_from_text(q.getColumn(23).getString()).value_or(std::vector<int64_t>{});
     e.tuned_shape.groups = q.getColumn(24).getInt64();
-    if (!path_from_name(path, e.tuned_shape.path)) return false;
+    const auto tuned_path = detail::path_from_name(path);
+    if (!tuned_path) return false;
+    e.tuned_shape.path = *tuned_path;
   }
-  return layout_from_name(q.getColumn(21).getString(), e.key.layout) &&
-         activation_from_name(q.getColumn(22).getString(), e.key.activation);
+  const auto layout = detail::layout_from_name(q.getColumn(21).getString());
+  const auto activation = detail::activation_from_name(q.getColumn(22).getString());
+  if (!layout || !activation) return false;
+  e.key.layout = *layout;
+  e.key.activation = *activation;
+  return true;
 }
 
 const char* kEntryColumns =

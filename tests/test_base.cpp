@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/errors.hpp"
+#include "base/names.hpp"
 #include "base/process_lifetime.hpp"
 #include "base/text.hpp"
 
@@ -133,4 +134,21 @@ TEST_CASE("driver and NVRTC errors name the source file by its folder and name, 
   } catch (const gnsilu::Error& e) {
     CHECK(std::string(e.what()).ends_with(" at compiler.cpp:7"));
   }
+}
+
+TEST_CASE("names: every enum's parser reads back its name function's names, and nothing else") {
+  using namespace gnsilu;
+  for (DType d : {DType::BF16, DType::FP16, DType::FP32}) CHECK(detail::dtype_from_name(dtype_name(d)) == d);
+  for (Layout l : {Layout::ChannelsFirst, Layout::ChannelsLast}) CHECK(detail::layout_from_name(layout_name(l)) == l);
+  for (Activation a : {Activation::SiLU, Activation::None}) {
+    CHECK(detail::activation_from_name(activation_name(a)) == a);
+  }
+  for (Path p : {Path::Auto, Path::Fused, Path::Split}) CHECK(detail::path_from_name(path_name(p)) == p);
+  CHECK(detail::dtype_from_name("fp16") == DType::FP16);
+  CHECK(detail::layout_from_name("nhwc") == Layout::ChannelsLast);
+  CHECK(detail::path_from_name("fused") == Path::Fused);
+  for (const char* bad : {"", "BF16", "bf16 ", "none", "unknown", "fp64"}) CHECK_FALSE(detail::dtype_from_name(bad));
+  for (const char* bad : {"", "NCHW", "channels_last", "unknown"}) CHECK_FALSE(detail::layout_from_name(bad));
+  for (const char* bad : {"", "SiLU", "relu", "unknown"}) CHECK_FALSE(detail::activation_from_name(bad));
+  for (const char* bad : {"", "Fused", "unknown"}) CHECK_FALSE(detail::path_from_name(bad));
 }

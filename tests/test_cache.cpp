@@ -356,13 +356,6 @@ TEST_CASE("shapes as text: one form, written and read by one pair of functions; 
     const TunedShape t = tuned_shape_from_legacy(bad, "dram-split");
     CHECK_MESSAGE((t.dims.empty() && t.groups == 0 && t.path == gnsilu::Path::Split), bad);
   }
-  gnsilu::Path path = gnsilu::Path::Auto;
-  CHECK(path_from_name("fused", path));
-  CHECK(path == gnsilu::Path::Fused);
-  CHECK(path_from_name(gnsilu::path_name(gnsilu::Path::Auto), path));
-  CHECK(path == gnsilu::Path::Auto);
-  CHECK_FALSE(path_from_name("Fused", path));
-  CHECK_FALSE(path_from_name("", path));
 }
 
 namespace {

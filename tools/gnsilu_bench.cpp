@@ -35,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/names.hpp"
 #include "tuning/config_table.hpp"
 #include "base/device.hpp"
 #include "base/driver.hpp"
@@ -138,7 +139,11 @@ Args parse(int argc, char** argv) {
     } else if (arg == "--dtypes") {
       a.dtypes.clear();
       std::stringstream in(value());
-      for (std::string s; std::getline(in, s, ',');) a.dtypes.push_back(s == "fp16" ? DType::FP16 : s == "fp32" ? DType::FP32 : DType::BF16);
+      for (std::string s; std::getline(in, s, ',');) {
+        const auto dtype = gnsilu::detail::dtype_from_name(s);
+        if (!dtype) throw std::runtime_error("--dtypes: unknown dtype \"" + s + "\" (bf16, fp16, fp32)");
+        a.dtypes.push_back(*dtype);
+      }
     } else if (arg == "--groups") {
       a.groups = std::stoll(value());
     } else if (arg == "--repeats") {
@@ -147,9 +152,9 @@ Args parse(int argc, char** argv) {
       a.paths.clear();
       std::stringstream in(value());
       for (std::string s; std::getline(in, s, ',');) {
-        if (s == "split") a.paths.push_back(gnsilu::Path::Split);
-        else if (s == "fused") a.paths.push_back(gnsilu::Path::Fused);
-        else throw std::runtime_error("unknown path " + s);
+        const auto path = gnsilu::detail::path_from_name(s);
+        if (!path || *path == gnsilu::Path::Auto) throw std::runtime_error("--paths: unknown path \"" + s + "\" (split, fused)");
+        a.paths.push_back(*path);
       }
     } else if (arg == "--configs") {
       std::stringstream in(value());
@@ -158,19 +163,17 @@ Args parse(int argc, char** argv) {
       a.layouts.clear();
       std::stringstream in(value());
       for (std::string s; std::getline(in, s, ',');) {
-        gnsilu::Layout layout;
-        if (!gnsilu::cache::layout_from_name(s, layout)) throw std::runtime_error("unknown layout " + s + " (nchw, nhwc)");
-        a.layouts.push_back(layout);
+        const auto layout = gnsilu::detail::layout_from_name(s);
+        if (!layout) throw std::runtime_error("--layouts: unknown layout \"" + s + "\" (nchw, nhwc)");
+        a.layouts.push_back(*layout);
       }
     } else if (arg == "--activations") {
       a.activations.clear();
       std::stringstream in(value());
       for (std::string s; std::getline(in, s, ',');) {
-        gnsilu::Activation activation;
-        if (!gnsilu::cache::activation_from_name(s, activation)) {
-          throw std::runtime_error("unknown activation " + s + " (silu, none)");
-        }
-        a.activations.push_back(activation);
+        const auto activation = gnsilu::detail::activation_from_name(s);
+        if (!activation) throw std::runtime_error("--activations: unknown activation \"" + s + "\" (silu, none)");
+        a.activations.push_back(*activation);
       }
     } else if (arg == "--tile-slice") {
       a.tile_slice = std::stoi(value());

@@ -10,6 +10,7 @@
 
 #include "cache/transfer/base64.hpp"
 #include "base/launch_config.hpp"
+#include "base/names.hpp"
 
 namespace gnsilu::cache {
 namespace {
@@ -87,25 +88,25 @@ class Reader {
   }
   DType dtype(const json& object, const char* name, const std::string& where) const {
     const std::string s = text(object, name, where);
-    const DType d = dtype_from_name(s);
-    if (d == DType::None) fail(where + "." + name, "\"" + s + "\" is not bf16, fp16 or fp32");
-    return d;
+    const auto d = detail::dtype_from_name(s);
+    if (!d) fail(where + "." + name, "\"" + s + "\" is not bf16, fp16 or fp32");
+    return *d;
   }
   // A key's layout or activation: absent in export files written before keys had them (format version 1),
   // where every entry was channels-first GroupNorm+SiLU; required from version 2.
   Layout layout(const json& object, const std::string& where, bool required) const {
     if (!required && object.is_object() && !object.contains("layout")) return Layout::ChannelsFirst;
     const std::string s = text(object, "layout", where);
-    Layout l = Layout::ChannelsFirst;
-    if (!layout_from_name(s, l)) fail(where + ".layout", "\"" + s + "\" is not nchw or nhwc");
-    return l;
+    const auto l = detail::layout_from_name(s);
+    if (!l) fail(where + ".layout", "\"" + s + "\" is not nchw or nhwc");
+    return *l;
   }
   Activation activation(const json& object, const std::string& where, bool required) const {
     if (!required && object.is_object() && !object.contains("activation")) return Activation::SiLU;
     const std::string s = text(object, "activation", where);
-    Activation a = Activation::SiLU;
-    if (!activation_from_name(s, a)) fail(where + ".activation", "\"" + s + "\" is not silu or none");
-    return a;
+    const auto a = detail::activation_from_name(s);
+    if (!a) fail(where + ".activation", "\"" + s + "\" is not silu or none");
+    return *a;
   }
   // What an entry was tuned on: "tuned_dims", "tuned_groups" and "path" where the file has them (written since
   // schema 4); otherwise (files written before) read once from "tuned_shape" and the key's size class.
@@ -124,7 +125,9 @@ class Reader {
     }
     t.groups = integer(object, "tuned_groups", where, 0, kInt64Max);
     const std::string p = text(object, "path", where);
-    if (!path_from_name(p, t.path)) fail(where + ".path", "\"" + p + "\" is not fused, split or auto");
+    const auto path = detail::path_from_name(p);
+    if (!path) fail(where + ".path", "\"" + p + "\" is not fused, split or auto");
+    t.path = *path;
     return t;
   }
   LaunchConfig config(const json& object, const char* name, const std::string& where) const {

@@ -1,5 +1,10 @@
 // The names of the public enums and the version: public API functions (gnsilu.hpp) that every layer uses to
-// name things in keys, messages and files, so they live at the bottom of the library.
+// name things in keys, messages and files, so they live at the bottom of the library; and their parsers
+// (names.hpp), side by side.
+#include "base/names.hpp"
+
+#include <initializer_list>
+
 #include "gnsilu/gnsilu.hpp"
 
 #ifndef GNSILU_VERSION_STRING
@@ -55,3 +60,33 @@ std::size_t dtype_size(DType dtype) {
 }
 
 }  // namespace gnsilu
+
+namespace gnsilu::detail {
+namespace {
+
+template <typename E, typename NameOf>
+std::optional<E> parse_name(std::string_view name, std::initializer_list<E> values, NameOf name_of) {
+  for (E value : values)
+    if (name == name_of(value)) return value;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<DType> dtype_from_name(std::string_view name) {
+  return parse_name(name, {DType::BF16, DType::FP16, DType::FP32}, dtype_name);
+}
+
+std::optional<Layout> layout_from_name(std::string_view name) {
+  return parse_name(name, {Layout::ChannelsFirst, Layout::ChannelsLast}, layout_name);
+}
+
+std::optional<Activation> activation_from_name(std::string_view name) {
+  return parse_name(name, {Activation::SiLU, Activation::None}, activation_name);
+}
+
+std::optional<Path> path_from_name(std::string_view name) {
+  return parse_name(name, {Path::Auto, Path::Fused, Path::Split}, path_name);
+}
+
+}  // namespace gnsilu::detail

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "base/names.hpp"
 #include "cache/cache.hpp"
 #include "cache/entries.hpp"
 #include "tune.hpp"
@@ -124,11 +125,11 @@ cache::TuningKey key_of(const nlohmann::json& j) {
               d.at("memory_mib").get<int64_t>(), d.at("l2_kib").get<int>()};
   k.code_version = j.at("code_version").get<std::string>();
   k.channels_per_group = j.at("channels_per_group").get<int64_t>();
-  k.x_dtype = cache::dtype_from_name(j.at("x_dtype").get<std::string>());
-  k.y_dtype = cache::dtype_from_name(j.at("y_dtype").get<std::string>());
+  k.x_dtype = detail::dtype_from_name(j.at("x_dtype").get<std::string>()).value_or(DType::None);
+  k.y_dtype = detail::dtype_from_name(j.at("y_dtype").get<std::string>()).value_or(DType::None);
   k.size_class = j.at("size_class").get<std::string>();
-  cache::layout_from_name(j.at("layout").get<std::string>(), k.layout);
-  cache::activation_from_name(j.at("activation").get<std::string>(), k.activation);
+  k.layout = detail::layout_from_name(j.at("layout").get<std::string>()).value_or(k.layout);
+  k.activation = detail::activation_from_name(j.at("activation").get<std::string>()).value_or(k.activation);
   return k;
 }
 

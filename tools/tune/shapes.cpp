@@ -8,6 +8,7 @@
 #include <map>
 #include <tuple>
 
+#include "base/names.hpp"
 #include "tune.hpp"
 
 namespace gnsilu::tune {
@@ -35,9 +36,9 @@ std::vector<std::string> split(const std::string& text, char sep) {
 }
 
 DType parse_dtype(const std::string& text) {
-  const DType d = cache::dtype_from_name(text);
-  if (d == DType::None) throw CliError(kUsage, "dtype \"" + text + "\" is not bf16, fp16 or fp32");
-  return d;
+  const auto d = detail::dtype_from_name(text);
+  if (!d) throw CliError(kUsage, "dtype \"" + text + "\" is not bf16, fp16 or fp32");
+  return *d;
 }
 
 // A 2-D AutoencoderKL (Flux, SD3, SDXL): block channels 128, 256, 512, 512; the decoder's up blocks have three
@@ -92,16 +93,14 @@ detail::Geometry geometry_of(const ShapeRequest& r) {
 }
 
 Layout parse_layout(const std::string& text, const std::string& option) {
-  Layout layout = Layout::ChannelsFirst;
-  if (cache::layout_from_name(text, layout)) return layout;
+  if (const auto layout = detail::layout_from_name(text)) return *layout;
   if (text == "channels_first" || text == "channels-first" || text == "ncdhw") return Layout::ChannelsFirst;
   if (text == "channels_last" || text == "channels-last" || text == "ndhwc") return Layout::ChannelsLast;
   throw CliError(kUsage, option + ": layout \"" + text + "\" is not nchw (channels_first) or nhwc (channels_last)");
 }
 
 Activation parse_activation(const std::string& text, const std::string& option) {
-  Activation activation = Activation::SiLU;
-  if (cache::activation_from_name(text, activation)) return activation;
+  if (const auto activation = detail::activation_from_name(text)) return *activation;
   throw CliError(kUsage, option + ": activation \"" + text + "\" is not silu or none");
 }
 
