@@ -47,16 +47,14 @@ int code_of(const E& value) {
   return code;
 }
 
-std::span<const int64_t> shape_span(const int64_t* shape, int ndim) {
-  if (ndim < 0) throw gnsilu::Error(gnsilu::Status::InvalidArgument, "gnsilu: invalid argument 'ndim': is negative");
-  if (shape == nullptr && ndim > 0) {
-    throw gnsilu::Error(gnsilu::Status::InvalidArgument, "gnsilu: invalid argument 'shape': is null");
-  }
-  return {shape, static_cast<std::size_t>(ndim)};
-}
-
 [[noreturn]] void invalid(const char* name, const std::string& why) {
   throw gnsilu::Error(gnsilu::Status::InvalidArgument, std::string("gnsilu: invalid argument '") + name + "': " + why);
+}
+
+std::span<const int64_t> shape_span(const int64_t* shape, int ndim) {
+  if (ndim < 0) invalid("ndim", "is negative");
+  if (shape == nullptr && ndim > 0) invalid("shape", "is null");
+  return {shape, static_cast<std::size_t>(ndim)};
 }
 
 // The caller's gnsilu_problem as the C++ Problem. The caller says how large its struct is: the fields this
@@ -156,14 +154,14 @@ gnsilu_status gnsilu_reference_group_norm_apply(const gnsilu_problem* problem, c
 gnsilu_status gnsilu_problem_workspace_size(const gnsilu_problem* problem, size_t* bytes) {
   return guarded([&] {
     const gnsilu::Problem p = problem_of(problem);
-    if (bytes == nullptr) throw gnsilu::Error(gnsilu::Status::InvalidArgument, "gnsilu: invalid argument 'bytes': is null");
+    if (bytes == nullptr) invalid("bytes", "is null");
     *bytes = gnsilu::workspace_size(p);
   });
 }
 
 gnsilu_status gnsilu_workspace_size(const int64_t* shape, int ndim, int64_t num_groups, size_t* bytes) {
   return guarded([&] {
-    if (bytes == nullptr) throw gnsilu::Error(gnsilu::Status::InvalidArgument, "gnsilu: invalid argument 'bytes': is null");
+    if (bytes == nullptr) invalid("bytes", "is null");
     *bytes = gnsilu::workspace_size(shape_span(shape, ndim), num_groups);
   });
 }

@@ -43,7 +43,7 @@ Table& table() { return immortal<Table>(); }
 bool capturing(const Call& call, const TuningHooks& hooks) {
   if (hooks.capturing) return hooks.capturing(call);
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  driver().cuStreamIsCapturing(call.stream, &capture);
+  GNSILU_CHECK(driver().cuStreamIsCapturing(call.stream, &capture));
   return capture != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
