@@ -785,9 +785,7 @@ GNSILU_HD int apply_exponent(const Record& r) {
 }
 
 // The statistics the apply step uses (gnsilu_math.cuh: GroupStats), from a record, which it normalizes in place.
-// Out of line on the GPU (GNSILU_COLD): the kernels call it only where the estimate from sums cannot decide, and
-// one copy per program instead of one per kernel saves much of ptxas' time.
-GNSILU_COLD math::GroupStats group_stats(Record& record, double eps, Scratch& scratch) {
+GNSILU_HD math::GroupStats group_stats(Record& record, double eps, Scratch& scratch) {
   const Moments m = moments(record, scratch);
   math::GroupStats s;
   if (!m.finite) return nan_stats();

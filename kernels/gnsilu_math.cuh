@@ -25,10 +25,8 @@
 
 #if defined(__CUDACC__)
 #define GNSILU_HD __host__ __device__ __forceinline__
-#define GNSILU_COLD __host__ __device__ __noinline__
 #else
 #define GNSILU_HD inline
-#define GNSILU_COLD inline
 #endif
 
 namespace gnsilu {

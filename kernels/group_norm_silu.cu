@@ -641,84 +641,21 @@ __device__ __forceinline__ void warp_combine(exact::Accumulator& acc, const S& s
   exact::acc_clear(acc);
 }
 
-// Rare: the chunks of group `group` with an element on neither level (gnsilu_exact.cuh), summed element by element
-// into the block's record by its `threads` threads. Out of line (one copy per x type and layout in a program, not one
-// per kernel), as are the other rare paths: ptxas's time is the cost of a compile.
-template <int XT, int LAYOUT>
-__device__ __noinline__ void add_escaped_chunks(const void* x, i64 s, i64 c, i64 g, i64 channels_per_group, i64 group,
-                                                i64 count, const exact::ChunkRecord* records, MergeShared& sh,
-                                                int threads) {
-  const int t = static_cast<int>(threadIdx.x);
-  const auto sink = shared_sink(sh.total);
-  exact::Accumulator acc;
-  exact::acc_clear(acc);
-  const i64 sample = group / g;
-  const i64 first_channel = (group - sample * g) * channels_per_group;
-  for (i64 j = 0; j < count; ++j) {
-    const exact::ChunkRecord r = records[j];  // the same record for every thread: a uniform loop
-    if ((r.flags & exact::kNonfinite) != 0 || (r.flags & exact::kEscaped) == 0) continue;
-    const ChunkPlace place = chunk_place(s, channels_per_group, j);
-    const i64 n = place.channels * place.pixels;
-    for (i64 i = t; i < n; i += threads) {
-      const i64 k = i / place.pixels;
-      const i64 q = i - k * place.pixels;
-      const i64 channel = first_channel + place.first_channel + k;
-      const i64 pixel = place.first_pixel + q;
-      const i64 at = LAYOUT == kChannelsLast ? (sample * s + pixel) * c + channel : (sample * c + channel) * s + pixel;
-      exact::acc_add_element(acc, bits_of(load_element<XT>(x, at)), sink);
-    }
-  }
-  exact::acc_flush(acc, sink);
-}
-
-// Thread 0's part of merged_group_stats: the warps' sums merged, then the statistics (or the record) from them.
-// Once per group, so out of line.
-__device__ __noinline__ void finish_group(MergeShared& sh, int warps, double eps, i64* record_out,
-                                          bool from_record) {
-  // The warps' sums into one accumulator; held whole (the usual case), the statistics come from it directly.
-  const auto own = exact::sink_of(sh.total);  // thread 0 alone now: plain additions
-  exact::Accumulator total;
-  exact::acc_clear(total);
-  int low = 1 << 20, high = -(1 << 20);
-  i64 weight = 0;
-  for (int w = 0; w < warps; ++w) {
-    if (sh.warp[w].weight == 0) continue;
-    low = sh.warp[w].e < low ? sh.warp[w].e : low;
-    high = sh.warp[w].top > high ? sh.warp[w].top : high;
-    weight += sh.warp[w].weight;
-  }
-  const bool whole = !from_record && sh.spilled == 0 && (weight == 0 || exact::acc_fits(high, low, weight));
-  for (int w = 0; w < warps; ++w) {
-    const WarpSums& ws = sh.warp[w];
-    total.count += ws.count;
-    total.nonfinite += ws.nonfinite;
-    if (ws.weight != 0) exact::acc_add(total, ws.e, ws.top, ws.weight, ws.s1, ws.s2, own);
-  }
-  if (record_out != nullptr) {
-    // The caller wants the record itself (group_stats): normalized, so that 2^31 of them may be added.
-    exact::acc_flush(total, own);
-    exact::normalize(sh.total);
-    for (int i = 0; i < exact::kRecordWords; ++i) record_out[i] = (&sh.total.count)[i];
-  } else if (!whole || !exact::stats_from_sums(total, eps, sh.stats)) {
-    exact::acc_flush(total, own);
-    sh.stats = exact::group_stats(sh.total, eps, sh.scratch);
-  }
-}
-
-// Group `group`'s statistics from its `count` chunk records (`records`, global or shared memory), by a block of
-// THREADS threads: each sums its share of the records in registers (exact::Accumulator), each warp combines its
-// threads' sums into its slot (or, rarely, adds them into the block's shared record); the elements of escaped chunks
-// are then read from x and added the same way, and thread 0 merges the rest (finish_group). Every thread returns
-// the result.
+// Group `group`'s statistics from its `count` chunk records (record_at(j): record j), by a block of THREADS threads:
+// each sums its share of the records in registers (exact::Accumulator), each warp combines its threads' sums and adds
+// them into the block's shared record; the elements of escaped chunks (gnsilu_exact.cuh) are then read from x and
+// added the same way. Every thread returns the result.
 //
 // record_out: the merged record is wanted, not the statistics (finalize's kStatsWrite): it is written there,
 // normalized, and the returned statistics are not computed. record_in: the record is given (kStatsRead): no chunk is
-// read, and the statistics are rounded from it.
-template <int XT, int LAYOUT, int THREADS>
-__device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 group, i64 count,
-                                                         const exact::ChunkRecord* records, MergeShared& sh,
-                                                         i64* record_out = nullptr, const i64* record_in = nullptr) {
+// read, and the statistics are rounded from it. One call of exact::group_stats serves both, so that the big-integer
+// path is inlined once per kernel (twice made finalize spill on sm_90 and newer).
+template <int XT, int LAYOUT, int THREADS, typename RecordAt>
+__device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 group, i64 count, RecordAt record_at,
+                                                         MergeShared& sh, i64* record_out = nullptr,
+                                                         const i64* record_in = nullptr) {
   static_assert(THREADS % 32 == 0 && THREADS / 32 <= kMaxMergeWarps, "whole warps, at most kMaxMergeWarps");
+  constexpr int kWarps = THREADS / 32;
   const int t = static_cast<int>(threadIdx.x);
   const int lane = t & 31;
   const int warp = t >> 5;
@@ -730,16 +667,62 @@ __device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 gr
   exact::Accumulator acc;
   exact::acc_clear(acc);
   bool escaped = false;
-  for (i64 j = t; j < count; j += THREADS) escaped |= !exact::acc_add_chunk(acc, records[j], sink);
+  for (i64 j = t; j < count; j += THREADS) escaped |= !exact::acc_add_chunk(acc, record_at(j), sink);
   warp_combine(acc, sink, sh.warp[warp], sh.spilled, lane);
   if (escaped) sh.escaped = 1;  // every writer writes 1
   __syncthreads();
   if (sh.escaped != 0) {
-    add_escaped_chunks<XT, LAYOUT>(p.x, p.s, p.c, p.g, p.channels_per_group, group, count, records, sh, THREADS);
+    // Rare: chunks with an element on neither level, summed element by element into the block's record.
+    const i64 sample = group / p.g;
+    const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
+    for (i64 j = 0; j < count; ++j) {
+      const exact::ChunkRecord r = record_at(j);  // the same record for every thread: a uniform loop
+      if ((r.flags & exact::kNonfinite) != 0 || (r.flags & exact::kEscaped) == 0) continue;
+      const ChunkPlace place = chunk_place(p.s, p.channels_per_group, j);
+      const i64 n = place.channels * place.pixels;
+      for (i64 i = t; i < n; i += THREADS) {
+        const i64 k = i / place.pixels;
+        const i64 q = i - k * place.pixels;
+        const i64 at =
+            element_offset<LAYOUT>(p, sample, first_channel + place.first_channel + k, place.first_pixel + q);
+        exact::acc_add_element(acc, bits_of(load_element<XT>(p.x, at)), sink);
+      }
+    }
+    exact::acc_flush(acc, sink);
     if (t == 0) sh.spilled = 1;
     __syncthreads();
   }
-  if (t == 0) finish_group(sh, THREADS / 32, p.eps, record_out, record_in != nullptr);
+  if (t == 0) {
+    // The warps' sums into one accumulator; held whole (the usual case), the statistics come from it directly.
+    const auto own = exact::sink_of(sh.total);  // thread 0 alone now: plain additions
+    exact::Accumulator total;
+    exact::acc_clear(total);
+    int low = 1 << 20, high = -(1 << 20);
+    i64 weight = 0;
+    for (int w = 0; w < kWarps; ++w) {
+      if (sh.warp[w].weight == 0) continue;
+      low = sh.warp[w].e < low ? sh.warp[w].e : low;
+      high = sh.warp[w].top > high ? sh.warp[w].top : high;
+      weight += sh.warp[w].weight;
+    }
+    const bool whole =
+        record_in == nullptr && sh.spilled == 0 && (weight == 0 || exact::acc_fits(high, low, weight));
+    for (int w = 0; w < kWarps; ++w) {
+      const WarpSums& ws = sh.warp[w];
+      total.count += ws.count;
+      total.nonfinite += ws.nonfinite;
+      if (ws.weight != 0) exact::acc_add(total, ws.e, ws.top, ws.weight, ws.s1, ws.s2, own);
+    }
+    if (record_out != nullptr) {
+      // The caller wants the record itself (group_stats): normalized, so that 2^31 of them may be added.
+      exact::acc_flush(total, own);
+      exact::normalize(sh.total);
+      for (int i = 0; i < exact::kRecordWords; ++i) record_out[i] = (&sh.total.count)[i];
+    } else if (!whole || !exact::stats_from_sums(total, p.eps, sh.stats)) {
+      exact::acc_flush(total, own);
+      sh.stats = exact::group_stats(sh.total, p.eps, sh.scratch);
+    }
+  }
   __syncthreads();
   const GroupStats s = sh.stats;
   __syncthreads();  // sh is rewritten for the next group
@@ -1217,7 +1200,7 @@ __global__ void __launch_bounds__(kPartials) finalize(const Params p) {
     // kStatsRead: statistics given by the caller (merged records of regions), rounded from their record.
     const exact::ChunkRecord* records = static_cast<const exact::ChunkRecord*>(p.records) + group * count;
     const GroupStats s = merged_group_stats<XT, LAYOUT, kPartials>(
-        p, group, count, records, sh,
+        p, group, count, [&](i64 j) { return records[j]; }, sh,
         p.stats_mode == kStatsWrite ? given + group * exact::kRecordWords : nullptr,
         p.stats_mode == kStatsRead ? given + group * exact::kRecordWords : nullptr);
     if (p.stats_mode == kStatsWrite) continue;
@@ -1325,7 +1308,7 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
     }
     __syncthreads();
     const GroupStats stats =
-        merged_group_stats<XT, LAYOUT, kThreads>(p, group, chunks, records, merge);
+        merged_group_stats<XT, LAYOUT, kThreads>(p, group, chunks, [&](i64 j) { return records[j]; }, merge);
     const i64 sample = group / p.g;
     const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
     for (int k = threadIdx.x; k < channels; k += kThreads) rows[k] = channel_constants(p, stats, first_channel + k);

@@ -36,8 +36,8 @@
 #include <thread>
 #include <vector>
 
-#include "cache/transfer/atomic_file.hpp"
 #include "base/hash.hpp"
+#include "cache/transfer/atomic_file.hpp"
 #include "runtime/compiler.hpp"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/kernels.hpp"
@@ -284,29 +284,14 @@ struct JobResult {
   std::string cache_note;  // a pass that could not be remembered
 };
 
-// The device functions the kernels call out of line (rare paths, kept out of every kernel's body to save compile
-// time): ptxas reports them with their stack frame and spills, but without registers (they use the caller's).
-const std::vector<std::string> kOutOfLine = {
-    "_ZN6gnsilu5exact11group_stats",          // exact::group_stats (gnsilu_exact.cuh)
-    "_ZN6gnsilu6kernel12finish_group",        // kernel::finish_group (group_norm_silu.cu)
-    "_ZN6gnsilu6kernel18add_escaped_chunks",  // kernel::add_escaped_chunks<XT, LAYOUT>
-};
-bool out_of_line(const std::string& name) {
-  for (const auto& prefix : kOutOfLine)
-    if (name.rfind(prefix, 0) == 0) return true;
-  return false;
-}
-
-// The rules: one complete report per kernel asked for; no other function but the known out-of-line ones; no stack
-// frame and no spills in any.
+// The rules: one complete report per kernel asked for, no stack frame, no spills.
 std::vector<std::string> problems_of(const Summary& s, const std::set<std::string>& lowered) {
   std::vector<std::string> problems;
   for (const auto& name : lowered)
     if (s.count(name) == 0) problems.push_back(name + ": no ptxas report");
   for (const auto& [name, k] : s) {
-    const bool kernel = lowered.count(name) != 0;
-    if (!kernel && !out_of_line(name)) problems.push_back(name + ": reported, but not a kernel asked for");
-    if ((kernel && k.registers < 0) || k.stack < 0) problems.push_back(name + ": incomplete report");
+    if (lowered.count(name) == 0) problems.push_back(name + ": reported, but not a kernel asked for");
+    if (k.registers < 0 || k.stack < 0) problems.push_back(name + ": incomplete report");
     if (k.stack != 0 || k.spill_stores != 0 || k.spill_loads != 0) problems.push_back(name + ": " + text_of(k));
   }
   return problems;
@@ -380,13 +365,8 @@ TEST_CASE("every kernel variant compiles without spills for the architectures un
     const JobResult& r = *results[i];
     (r.from_cache ? from_cache : compiled)++;
     int most = 0;
-    std::size_t functions = 0;
-    for (const auto& [name, k] : r.summary) {
-      most = std::max(most, k.registers);
-      functions += out_of_line(name) ? 1 : 0;
-    }
-    MESSAGE(jobs[i].label() << ": " << r.summary.size() - functions << " kernels and " << functions
-                            << " out-of-line functions, at most " << most << " registers, "
+    for (const auto& [name, k] : r.summary) most = std::max(most, k.registers);
+    MESSAGE(jobs[i].label() << ": " << r.summary.size() << " kernels, at most " << most << " registers, "
                             << (r.from_cache ? std::string("a remembered pass") : std::to_string(r.seconds) + " s"));
     if (!r.cache_note.empty()) MESSAGE("pass not remembered: " << r.cache_note);
     CHECK(!r.summary.empty());
@@ -528,28 +508,6 @@ TEST_CASE("ptxas' report is read per kernel, and the rules find spills, stack fr
   CHECK(problems_of(parse_report(log.substr(0, log.find("ptxas info    : Compiling entry function '_Z1bv'"))),
                     {"_Z1av"})
             .empty());
-
-  // An out-of-line function the kernels call: reported without registers; its own spills count, and a function
-  // not known to be called out of line is a problem.
-  const std::string called =
-      "ptxas info    : Compiling entry function '_Z1av' for 'sm_90'\n"
-      "ptxas info    : Function properties for _Z1av\n"
-      "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
-      "ptxas info    : Used 40 registers, used 1 barriers, 400 bytes cmem[0]\n"
-      "ptxas info    : Function properties for _ZN6gnsilu6kernel12finish_groupERNS0_11MergeSharedEidPxb\n"
-      "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n";
-  const Summary with_call = parse_report(called);
-  REQUIRE(with_call.size() == 2);
-  CHECK(with_call.at("_ZN6gnsilu6kernel12finish_groupERNS0_11MergeSharedEidPxb") == KernelFacts{-1, 0, 0, 0});
-  CHECK(problems_of(with_call, {"_Z1av"}).empty());
-  std::string spilling = called;
-  spilling.replace(spilling.rfind("0 bytes spill stores"), 20, "8 bytes spill stores");
-  REQUIRE(problems_of(parse_report(spilling), {"_Z1av"}).size() == 1);
-  std::string unknown = called;
-  unknown.replace(unknown.find("finish_group"), 12, "start_groups");
-  const auto unknown_problems = problems_of(parse_report(unknown), {"_Z1av"});
-  REQUIRE(unknown_problems.size() == 1);
-  CHECK(unknown_problems[0].find("reported, but not a kernel asked for") != std::string::npos);
 }
 
 TEST_CASE("a compile error carries NVRTC's log and options") {
