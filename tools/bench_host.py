@@ -6,10 +6,14 @@ The calls are queued in batches, each behind a sleep kernel (torch.cuda._sleep) 
 queue, so that the GPU never catches up and the launch queue never fills: the wall clock of the loop is the host
 time; the stream is synchronised between batches, outside the timing. Rows: gnsilu.group_norm_silu (the
 function), GroupNormSiLU (the module, eager), the op torch.ops.gnsilu.group_norm through the dispatcher, and
-PyTorch's F.silu(F.group_norm(...)) for comparison; in both layouts. Also the GPU time of one call (CUDA events)
+PyTorch's F.silu(F.group_norm(...)) for comparison; in both layouts. Then the function's breakdown: its C call alone
+(gnsilu_group_norm through ctypes with a problem built once: the library's host work and launches), the function
+with that C call made a no-op (the Python around it, plus about 0.3 us of the swap that stubs it), and for scale
+torch.empty_like(x) and one PyTorch elementwise kernel. Also the GPU time of one call (CUDA events)
 to show that small activations were host-bound.
 """
 import argparse
+import ctypes
 import os
 import statistics
 import sys
@@ -17,6 +21,21 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+
+
+def _stubbed(entry, call):
+    """call() with entry's C function replaced by a no-op for its duration: the Python around the C call."""
+    def run():
+        function, entry.function = entry.function, _noop
+        try:
+            return call()
+        finally:
+            entry.function = function
+    return run
+
+
+def _noop(*args):
+    return 0
 
 
 def main():
@@ -30,6 +49,7 @@ def main():
     import torch.nn.functional as F
     import gnsilu
     import gnsilu.torch as gt
+    from gnsilu import _api, _lib
     if not torch.cuda.is_available():
         print("bench_host: no CUDA device")
         return 77
@@ -51,6 +71,22 @@ def main():
             "torch.ops.gnsilu.group_norm": lambda: torch.ops.gnsilu.group_norm(x, args.groups, weight, bias, 1e-6),
             "F.silu(F.group_norm) (PyTorch)": lambda: F.silu(F.group_norm(x, args.groups, weight, bias, 1e-6)),
         }
+        # The breakdown of the function's time: its C call alone (a problem built once, the library's entry point
+        # called through ctypes: the library's host work and its launches), the function with that C call replaced
+        # by a no-op (the Python around it), and two PyTorch pieces for scale.
+        with torch.inference_mode():
+            gnsilu.group_norm_silu(x, args.groups, weight, bias, 1e-6)  # fills the fast path's entry
+        entry = next(e for k, e in _api._fast_calls.items() if k[1] == x.shape and k[2] == x.stride())
+        y = torch.empty_like(x)
+        problem = _lib.Problem.from_buffer_copy(entry.template)
+        problem.x, problem.y, problem.weight, problem.bias = x.data_ptr(), y.data_ptr(), weight.data_ptr(), \
+            bias.data_ptr()
+        stream = torch.cuda.current_stream().cuda_stream
+        calls["C call alone (ctypes, built once)"] = lambda: entry.function(ctypes.byref(problem), None, 0, stream)
+        calls["function, C call a no-op"] = _stubbed(entry, lambda: gnsilu.group_norm_silu(x, args.groups, weight,
+                                                                                              bias, 1e-6))
+        calls["torch.empty_like(x) (PyTorch)"] = lambda: torch.empty_like(x)
+        calls["y.add_(1) (one PyTorch kernel)"] = lambda: y.add_(1)
         with torch.inference_mode():
             for name, call in calls.items():
                 for _ in range(20):  # resolves the key (tunes on first use), fills the fast path
