@@ -3,7 +3,7 @@
 
     GNSILU_LIBRARY=build/libgnsilu.so python3 tools/bench_vae.py [--cases flux-512,flux-1024,hunyuan-video]
         [--modes eager,eager+gnsilu,compile,compile+gnsilu] [--layouts nchw,channels_last] [--runs 10]
-        [--no-profile] [--memory-breakdown] [--no-exact] [--json results.json]
+        [--no-profile] [--memory-breakdown] [--no-exact] [--dtype bfloat16] [--json results.json]
 
 Models, built from config dicts with random weights (seeded; no model hub):
   flux-512, flux-1024  diffusers.AutoencoderKL with the Flux VAE configuration (block_out_channels 128/256/512/512,
@@ -162,16 +162,16 @@ def memory_breakdown(torch, model, decode, z):
             "between_norms_peak_gib": state["between"][0], "between": state["between"][1]}
 
 
-def run_row(torch, args, vae_bf16, latent, mode, layout, exact):
+def run_row(torch, args, vae_run, latent, mode, layout, exact):
     import gnsilu.torch as gt
-    model = copy.deepcopy(vae_bf16)
+    model = copy.deepcopy(vae_run)
     swapped = None
     if "+gnsilu" in mode:
         swapped = gt.swap_group_norm_silu(model, return_counts=True)
     if "+tiled" in mode:
         model.enable_tiling()  # diffusers' own tiling: each tile normalizes with its own statistics
     model = model_in_layout(torch, model, layout)
-    z = in_layout(torch, latent.to(torch.bfloat16), layout)
+    z = in_layout(torch, latent.to(getattr(torch, args.dtype)), layout)
 
     def plain_decode(value):
         if "+slabs" in mode:  # whole activations, convolutions and upsamplers in slabs of rows (gnsilu.chunked)
@@ -230,6 +230,8 @@ def main():
     parser.add_argument("--modes", default="eager,eager+gnsilu,compile,compile+gnsilu")
     parser.add_argument("--layouts", default="nchw,channels_last")
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
+                        help="the decodes' dtype (float32 shows what a mode changes beyond 16-bit rounding)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--hunyuan-latent", default="3,40,64", help="T,H,W of the HunyuanVideo latent "
                         "(9,60,104: 33 frames of 480x832)")
@@ -261,7 +263,7 @@ def main():
     layouts = args.layouts.split(",")
     where = torch.cuda.get_device_name() if args.device == "cuda" else "CPU (a check, not a benchmark)"
     print(f"bench_vae: gnsilu {gnsilu.__version__}, PyTorch {torch.__version__}, diffusers {diffusers.__version__}, "
-          f"{where}; bf16, median of {args.runs} decodes", flush=True)
+          f"{where}; {args.dtype}, median of {args.runs} decodes", flush=True)
     rows = []
     for case in args.cases.split(","):
         vae, latent = build(case, args, torch)
@@ -269,12 +271,15 @@ def main():
         if args.exact:
             with torch.inference_mode():
                 exact = vae.decode(latent).sample.float()  # float32, eager, NCHW
-        vae_bf16 = vae.to(torch.bfloat16)
+        vae_run = vae.to(getattr(torch, args.dtype))  # the decodes' dtype (bf16 unless --dtype)
+        if args.dtype == "float32":  # float32 means float32: no TF32 in the convolutions and matrix products
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
         del vae
         first_out = None  # the case's first row's output: the others' "rel. L2 to the first row"
         for mode in modes:
             for layout in layouts:
-                row = run_row(torch, args, vae_bf16, latent, mode, layout, exact)
+                row = run_row(torch, args, vae_run, latent, mode, layout, exact)
                 out = row.pop("out")
                 if first_out is None:
                     first_out = out

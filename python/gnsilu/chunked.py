@@ -14,8 +14,12 @@ tensor. The output equals the whole decode's except where a convolution rounds d
 
 Modules taken (everything else runs as before): nn.Conv2d and nn.Conv3d with stride 1 along the height, zero
 padding given as integers; diffusers' HunyuanVideoCausalConv3d (replicate padding, causal in time), Upsample2D
-(nearest x2 then a convolution) and HunyuanVideoUpsampleCausal3D. A module runs whole when its output is below
-max_bytes or its configuration is not one of these.
+(nearest x2 then a convolution) and HunyuanVideoUpsampleCausal3D; and diffusers' ResnetBlock2D whose norms are
+swapped GroupNormSiLU pairs (gnsilu.torch.swap_group_norm_silu) and which has no time embedding and no up- or
+downsampling: its GroupNormSiLUs take their records over the whole input (gnsilu.group_stats) and normalize only
+the rows each convolution slab reads (gnsilu.group_norm_apply, the whole call's bits), so the normalized tensors,
+as large as the block's input, never exist whole. A module runs whole when its output (a block: its input) is
+below max_bytes or its configuration is not one of these.
 """
 import contextlib
 import functools
@@ -47,17 +51,27 @@ def _conv_plain(conv):
             and not isinstance(conv.padding, str) and conv.stride[-2] == 1)
 
 
+def _conv_slab(conv, slab):
+    """conv (nn.Conv2d/3d) over a slab of rows that already holds the height's padding, with the module's own
+    padding along the other dimensions."""
+    padding = list(conv.padding)
+    padding[-2] = 0
+    fn = F.conv2d if isinstance(conv, nn.Conv2d) else F.conv3d
+    return fn(slab, conv.weight, conv.bias, conv.stride, tuple(padding), conv.dilation, conv.groups)
+
+
 def _conv_rows(conv, x, lo, hi, padding_h):
     """conv (nn.Conv2d/3d) over x's rows [lo, hi) of the height padded by `padding_h` zeros on each side (rows out
     of range are zeros), with the module's own padding along the other dimensions: output rows that [lo, hi)
     produce."""
     h = x.shape[-2]
     start, stop = max(lo, 0), min(hi, h)
-    slab = _pad_rows(x[..., start:stop, :], start - lo, hi - stop, "zeros")
-    padding = list(conv.padding)
-    padding[-2] = 0
-    fn = F.conv2d if isinstance(conv, nn.Conv2d) else F.conv3d
-    return fn(slab, conv.weight, conv.bias, conv.stride, tuple(padding), conv.dilation, conv.groups)
+    return _conv_slab(conv, _pad_rows(x[..., start:stop, :], start - lo, hi - stop, "zeros"))
+
+
+def _reach(conv):
+    """(padding, reach) of conv along the height: output row r reads padded input rows [r, r + reach]."""
+    return conv.padding[-2], conv.dilation[-2] * (conv.kernel_size[-2] - 1)
 
 
 def _into(out, rows_out, produce):
@@ -80,10 +94,10 @@ def _empty_like_rows(x, shape):
 
 def _slabbed(x, h_out, produce, max_bytes, whole):
     """produce(r0, r1) (output rows [r0, r1)) over all h_out rows into one output, in slabs of at most max_bytes; or
-    whole() when the output is no larger than max_bytes (or one row)."""
+    whole() when the output is no larger than max_bytes (or one row); whole=None: in slabs always."""
     first = produce(0, 1)  # output row 0: its shape and size give the others'
     row_bytes = first.numel() * first.element_size()
-    if row_bytes * h_out <= max_bytes or h_out <= 1:
+    if whole is not None and (row_bytes * h_out <= max_bytes or h_out <= 1):
         return whole()
     shape = list(first.shape)
     shape[-2] = h_out
@@ -202,9 +216,73 @@ def _hunyuan_upsample_forward(module, max_bytes, original, x):
     return _slabbed(x, h_out, produce, max_bytes, lambda: original(x))
 
 
+def _resnet_plain(block):
+    """Whether block (diffusers' ResnetBlock2D) is one whose every step slabs can run: no up- or downsampling, no
+    time embedding, both norms swapped GroupNormSiLU pairs with the block's own SiLU (so the norm's output goes
+    straight into the convolution that follows: python/gnsilu/_fusion.py proved it), plain convolutions."""
+    from .torch import GroupNormSiLU
+    norms = (block.norm1, block.norm2)
+    return (block.upsample is None and block.downsample is None and block.time_emb_proj is None
+            and block.time_embedding_norm in ("default", "group") and type(block.dropout) is nn.Dropout
+            and all(isinstance(n, GroupNormSiLU) and any(a is block.nonlinearity for a in getattr(n, "_gnsilu_acts", ()))
+                    for n in norms)
+            and _conv_plain(block.conv1) and _conv_plain(block.conv2)
+            and (block.conv_shortcut is None or _conv_plain(block.conv_shortcut)))
+
+
+def _normalized_rows(t, stats, norm, lo, hi):
+    """silu(group_norm(t)) of t's rows [lo, hi) with the whole tensor's records `stats` (gnsilu.group_norm_apply:
+    the bits of norm(t) there), rows out of range zeros: the following convolution's zero padding."""
+    from . import _api
+    start, stop = max(lo, 0), min(hi, t.shape[-2])
+    y = _api.group_norm_apply(t[..., start:stop, :], stats, norm.weight, norm.bias, norm.eps, "silu")
+    return _pad_rows(y, start - lo, hi - stop, "zeros")
+
+
+def _resnet_forward(block, max_bytes, original, input_tensor, temb=None, *args, **kwargs):
+    """ResnetBlock2D.forward with no whole normalized tensor: each GroupNormSiLU's records are taken over its whole
+    input (gnsilu.group_stats), then conv1 and conv2 run in slabs of rows whose input rows are normalized there
+    (group_norm_apply), and the shortcut and the sum are done slab by slab into the output. Holds x, conv1's output
+    and the output: the norm outputs (as large as x and conv1's output) never exist whole. Bits: the block's, as
+    far as the convolutions round alike on slabs (group_norm_apply on a region gives the whole call's bits)."""
+    from . import _api
+    from . import torch as gnsilu_torch
+    x = input_tensor
+    if temb is not None or args or kwargs or _whole(x) or (block.dropout.training and block.dropout.p > 0) \
+            or x.numel() * x.element_size() <= max_bytes or torch.is_autocast_enabled(x.device.type) \
+            or gnsilu_torch._is_compiling() or not gnsilu_torch._gnsilu_takes(block.norm1, x):
+        return original(input_tensor, temb, *args, **kwargs)
+    conv1, conv2, shortcut = block.conv1, block.conv2, block.conv_shortcut
+    ph1, reach1 = _reach(conv1)
+    stats1 = _api.group_stats(x, block.norm1.num_groups)
+    hidden = _slabbed(x, x.shape[-2] + 2 * ph1 - reach1, lambda r0, r1: _conv_slab(
+        conv1, _normalized_rows(x, stats1, block.norm1, r0 - ph1, r1 - ph1 + reach1)), max_bytes, None)
+    if not gnsilu_torch._gnsilu_takes(block.norm2, hidden):
+        raise RuntimeError(f"gnsilu.chunked: {type(block).__name__}.norm2 would not run on gnsilu for conv1's output "
+                           f"({hidden.dtype}, strides {hidden.stride()})")
+    stats2 = _api.group_stats(hidden, block.norm2.num_groups)
+    ph2, reach2 = _reach(conv2)
+
+    def produce(r0, r1):
+        h = _conv_slab(conv2, _normalized_rows(hidden, stats2, block.norm2, r0 - ph2, r1 - ph2 + reach2))
+        if shortcut is None:
+            residual = x[..., r0:r1, :]
+        else:
+            ps, reach_s = _reach(shortcut)
+            residual = _conv_rows(shortcut, x, r0 - ps, r1 - ps + reach_s, ps)
+        return (residual + h) / block.output_scale_factor
+
+    return _slabbed(x, hidden.shape[-2] + 2 * ph2 - reach2, produce, max_bytes, None)
+
+
 def _kinds():
     """(class, plain(module), forward) for each module kind slabs take; diffusers' kinds when it is installed."""
     kinds = []
+    try:
+        from diffusers.models.resnet import ResnetBlock2D
+        kinds.append((ResnetBlock2D, _resnet_plain, _resnet_forward))
+    except ImportError:
+        pass
     try:
         from diffusers.models.upsampling import Upsample2D
         kinds.append((Upsample2D, _upsample2d_plain, _upsample2d_forward))
@@ -236,7 +314,8 @@ def slabs(module, max_bytes=256 << 20):
     kinds = _kinds()
     patched = []
     # A module inside one already taken (the convolution of an upsampler) keeps its forward: the outer slabs
-    # call it on small inputs.
+    # call it on small inputs. A resnet block's modules are taken too: its slabs call none of them (F.conv2d on
+    # their weights), and they serve the calls that the block hands to its own forward.
     inner = set()
     for m in module.modules():
         if id(m) in inner:
@@ -246,7 +325,8 @@ def slabs(module, max_bytes=256 << 20):
                 original = m.forward
                 m.forward = functools.partial(forward, m, max_bytes, original)
                 patched.append(m)
-                inner.update(id(c) for c in m.modules() if c is not m)
+                if forward is not _resnet_forward:
+                    inner.update(id(c) for c in m.modules() if c is not m)
                 break
     try:
         yield module

@@ -470,6 +470,70 @@ def test_slabs_hunyuan_video():
                  ["HunyuanVideoCausalConv3d", "HunyuanVideoUpsampleCausal3D"])
 
 
+def test_slabs_resnet_blocks_without_whole_norm_outputs():
+    """A swapped AutoencoderKL: its ResnetBlock2Ds run conv1 and conv2 in slabs whose input rows are normalized with
+    the whole tensor's records (gnsilu.chunked._resnet_forward), so no whole normalized tensor is made. On the CPU
+    the modules' gnsilu calls go to the CPU reference here (as the slabs' group_stats / group_norm_apply do), and
+    PyTorch's native convolutions compute each output row alike on a slab: each block's output has the block's
+    bits, in both layouts, with and without a shortcut convolution. The whole decode in slabs is within FP32
+    rounding of the whole decode (the other modules' slabs, convolutions on fewer rows, are not bit for bit on the
+    CPU: 1e-6 with or without the blocks' slabs)."""
+    require()
+    from unittest import mock
+    import gnsilu
+    import gnsilu.chunked as gc
+
+    def reference_op(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None):
+        return gnsilu.group_norm_apply(x, gnsilu.group_stats(x, num_groups), weight, bias, eps, activation)
+
+    config = dict(TINY_2D, block_out_channels=(32, 64), layers_per_block=1)
+    with one_thread(), _native_convolutions(), mock.patch.object(gt, "_DEVICE_TYPES", ("cpu",)), \
+            mock.patch.object(gt, "_op_implementation", reference_op), torch.no_grad():
+        torch.manual_seed(0)
+        vae = vae_class("AutoencoderKL")(**config).eval()
+        assert gt.swap_group_norm_silu(vae) > 0
+        resnets = [m for m in vae.decoder.modules() if type(m).__name__ == "ResnetBlock2D"]
+        assert resnets and all(gc.slab_rows(m) for m in resnets), "the swapped resnet blocks are not taken"
+        assert any(m.conv_shortcut is not None for m in resnets) and any(m.conv_shortcut is None for m in resnets)
+        for layout in (torch.contiguous_format, torch.channels_last):
+            for block in resnets:
+                x = (torch.randn(1, block.in_channels, 12, 7) * 2 + 1).contiguous(memory_format=layout)
+                whole = block(x, None)
+                stats_calls = [0]
+                group_stats = gnsilu._api.group_stats
+
+                def counted_stats(*args, **kwargs):
+                    stats_calls[0] += 1
+                    return group_stats(*args, **kwargs)
+                with mock.patch.object(gnsilu._api, "group_stats", counted_stats), \
+                        gc.slabs(block, max_bytes=4 * block.out_channels * x.shape[-1] * 4):  # 4 rows a slab
+                    # (3 slabs of 4 rows: PyTorch's CPU convolution of channels-last inputs rounds outputs of 1 or
+                    # 2 rows differently, 1e-7 apart)
+                    sliced = block(x, None)
+                assert stats_calls[0] == 2, f"the blocks' slab path did not run ({stats_calls[0]} group_stats)"
+                assert "forward" not in vars(block), "slabs() left a forward behind"
+                assert torch.equal(sliced, whole), \
+                    f"{layout}, shortcut {block.conv_shortcut is not None}: relative L2 {_relative_l2(sliced, whole):.3g}"
+            latent = randn(1, 4, 12, 10).contiguous(memory_format=layout)
+            whole = vae.decode(latent).sample
+            ran = [0]
+            forward = gc._resnet_forward
+
+            def counted(*args, **kwargs):
+                ran[0] += 1
+                return forward(*args, **kwargs)
+            with mock.patch.object(gc, "_resnet_forward", counted), gc.slabs(vae.decoder, max_bytes=2048):
+                sliced = vae.decode(latent).sample
+            with gc.slabs(vae.decoder, max_bytes=1 << 30):  # room for everything: the modules' own forwards
+                roomy = vae.decode(latent).sample
+            assert ran[0] == len(resnets), (ran, len(resnets))
+            assert torch.equal(roomy, whole)
+            error = _relative_l2(sliced, whole)
+            assert error < 1e-5, f"{layout}: the decode in slabs against the whole one: relative L2 {error:.3g}"
+            print(f"  resnet blocks in slabs ({layout}): {len(resnets)} blocks with their bits; the decode within "
+                  f"{error:.1e}")
+
+
 # ---- a decode split by rows across ranks (gnsilu.split): two or three gloo processes against one ------------------
 def _relative_l2(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
