@@ -33,13 +33,15 @@ swap_group_norm_silu(model) replaces, in place:
       time embedding, say, keeps doing so). The hand-off is a module attribute, which torch.compile traces;
   (c) then every other nn.GroupNorm, wherever it is a child (nn.Sequential, ModuleList, block attribute): by a
       GroupNorm (the same computation, so nothing needs proving), unless plain=False.
-Per-frame GroupNorm wrappers (diffusers' MochiChunkedGroupNorm3D) count as GroupNorms in (b) and (c): they become a
-FrameGroupNorm around a GroupNormSiLU (a proven pair) or a GroupNorm. A swapped module that hands a CUDA input to
+Per-frame GroupNorm wrappers (diffusers' MochiChunkedGroupNorm3D, and CosmosCausalGroupNorm with num_groups=1) count
+as GroupNorms in (b) and (c): they become a FrameGroupNorm around a GroupNormSiLU (a proven pair) or a GroupNorm.
+diffusers' MiniMaxH3VideoGroupNorm (a per-frame nn.GroupNorm subclass) becomes a FrameGroupNormContiguous in (c). A swapped module that hands a CUDA input to
 PyTorch (strides in neither layout, another dtype) warns once, naming itself and why.
 Only plain modules are touched: exactly nn.GroupNorm / nn.SiLU / nn.Sequential, with no hooks and no instance
 forward; nothing at all while global module hooks are registered. The limits are listed in python/README.md.
 """
 import collections
+import importlib
 import warnings
 
 import torch
@@ -50,7 +52,7 @@ from . import _api, _fusion
 from ._api import group_norm, layout_of
 from ._errors import LibraryNotFoundError, UnsupportedDeviceError
 
-__all__ = ["GroupNormSiLU", "GroupNorm", "FrameGroupNorm", "SwapCounts", "swap_group_norm_silu", "OP_SCHEMA"]
+__all__ = ["GroupNormSiLU", "GroupNorm", "FrameGroupNorm", "FrameGroupNormContiguous", "SwapCounts", "swap_group_norm_silu", "OP_SCHEMA"]
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _HANDOFF = "_gnsilu_handoff"  # on a _SiLUAfterGroupNormSiLU: the tensor its GroupNormSiLU just returned (case b)
@@ -338,43 +340,91 @@ class _SiLUAfterGroupNormSiLU(nn.SiLU):
 class FrameGroupNorm(nn.Module):
     """A GroupNorm of each frame of a video tensor (B, C, T, H, W) apart: `norm_layer` (a gnsilu GroupNorm or
     GroupNormSiLU) applied to the frames as a batch of B*T images, the output (B, C, T, H, W) as a view of them.
-    What diffusers' MochiChunkedGroupNorm3D computes (swap_group_norm_silu puts it in that module's place, its
-    norm_layer swapped; the state_dict keys stay `....norm_layer.weight`), without the chunks and the concatenation:
+    What diffusers' MochiChunkedGroupNorm3D and CosmosCausalGroupNorm (num_groups=1) compute (swap_group_norm_silu
+    puts it in their place, their GroupNorm swapped, under its own name: the state_dict keys stay
+    `....norm_layer.weight` / `....norm.weight`), without the chunks and the concatenation:
     a channels_last_3d input is already a channels-last batch of frames (a view: no copy); a contiguous one is
     copied into frame order once (PyTorch's GroupNorm would copy that view too). Where its output is proven to go
     straight into a SiLU (`_gnsilu_acts`, as for GroupNormSiLU), norm_layer is a GroupNormSiLU and the SiLU passes
     the output through."""
 
-    def __init__(self, norm_layer):
+    def __init__(self, norm_layer, name="norm_layer"):
         super().__init__()
-        self.norm_layer = norm_layer
+        self._norm_name = name  # the child's name: the replaced wrapper's, so that the state_dict keys stay
+        setattr(self, name, norm_layer)
+
+    @property
+    def norm_layer(self):
+        """The GroupNorm (or GroupNormSiLU) applied to the frames, whatever its name among the children."""
+        return self._modules[self._norm_name]
 
     def forward(self, input):
-        if input.dim() != 5:
-            raise ValueError(f"FrameGroupNorm expects a 5-D (B, C, T, H, W) input, got {input.dim()}-D")
-        batch, frames = input.shape[0], input.shape[2]
-        x = input.transpose(1, 2).flatten(0, 1)  # (B*T, C, H, W): a view where the strides allow
-        if x.dim() == 4 and layout_of(tuple(x.shape), x.stride()) is None:
-            x = x.contiguous()  # one copy into frame order (a view in neither layout)
-        output = self.norm_layer(x).unflatten(0, (batch, frames)).transpose(1, 2)
+        output = _frames_forward(self.norm_layer, input, type(self).__name__)
         for act in getattr(self, "_gnsilu_acts", ()):
             setattr(act, _HANDOFF, output)
         return output
 
 
-def _frame_norm_classes():
-    """The per-frame GroupNorm wrappers FrameGroupNorm replaces: diffusers' MochiChunkedGroupNorm3D, if present."""
+def _frames_forward(norm, input, name):
+    """norm (a module of 4-D inputs) applied to the frames of a (B, C, T, H, W) input as a batch of B*T images; the
+    output (B, C, T, H, W) as a view of norm's output."""
+    if input.dim() != 5:
+        raise ValueError(f"{name} expects a 5-D (B, C, T, H, W) input, got {input.dim()}-D")
+    batch, frames = input.shape[0], input.shape[2]
+    x = input.transpose(1, 2).flatten(0, 1)  # (B*T, C, H, W): a view where the strides allow
+    if x.dim() == 4 and layout_of(tuple(x.shape), x.stride()) is None:
+        x = x.contiguous()  # one copy into frame order (a view in neither layout)
+    return norm(x).unflatten(0, (batch, frames)).transpose(1, 2)
+
+
+class FrameGroupNormContiguous(GroupNorm):
+    """gnsilu's GroupNorm of each frame of a (B, C, T, H, W) input apart, its output contiguous: what diffusers'
+    MiniMaxH3VideoGroupNorm (an nn.GroupNorm subclass: permute, contiguous, GroupNorm of the B*T frames, permute,
+    contiguous) computes, with that module's parameters and state_dict keys. swap_group_norm_silu puts it in
+    MiniMaxH3VideoGroupNorm's place."""
+
+    def forward(self, input):
+        return _frames_forward(super().forward, input, type(self).__name__).contiguous()
+
+
+def _diffusers_class(module_name, class_name):
+    """diffusers.models.autoencoders.<module_name>.<class_name>, or None (diffusers absent, or a version without
+    it)."""
     try:
-        from diffusers.models.autoencoders.autoencoder_kl_mochi import MochiChunkedGroupNorm3D
-    except ImportError:  # diffusers absent, or another version without it
-        return ()
-    return (MochiChunkedGroupNorm3D,)
+        module = importlib.import_module(f"diffusers.models.autoencoders.{module_name}")
+    except ImportError:
+        return None
+    return getattr(module, class_name, None)
+
+
+def _frame_norm_kinds():
+    """The per-frame GroupNorm wrappers FrameGroupNorm replaces, as (class, name of the wrapped nn.GroupNorm,
+    whether an instance normalizes per frame): diffusers' MochiChunkedGroupNorm3D (always) and
+    CosmosCausalGroupNorm (with num_groups == 1; otherwise its GroupNorm sees the whole tensor), where present."""
+    kinds = []
+    mochi = _diffusers_class("autoencoder_kl_mochi", "MochiChunkedGroupNorm3D")
+    if mochi is not None:
+        kinds.append((mochi, "norm_layer", lambda module: True))
+    cosmos = _diffusers_class("autoencoder_kl_cosmos", "CosmosCausalGroupNorm")
+    if cosmos is not None:
+        kinds.append((cosmos, "norm", lambda module: vars(module).get("num_groups") == 1))
+    return kinds
 
 
 def _frame_norm(module):
-    """Whether module is a plain per-frame wrapper (_frame_norm_classes) around a plain nn.GroupNorm `norm_layer`."""
-    return any(_plain(module, cls) for cls in _frame_norm_classes()) and \
-        _plain(module._modules.get("norm_layer"), nn.GroupNorm) and set(module._modules) == {"norm_layer"}
+    """The name of the plain nn.GroupNorm inside module when module is a plain per-frame wrapper (_frame_norm_kinds)
+    around it and nothing else, else None."""
+    for cls, name, per_frame in _frame_norm_kinds():
+        if _plain(module, cls) and per_frame(module) and _plain(module._modules.get(name), nn.GroupNorm) \
+                and set(module._modules) == {name}:
+            return name
+    return None
+
+
+def _contiguous_frame_norm(module):
+    """Whether module is a plain diffusers MiniMaxH3VideoGroupNorm (a per-frame nn.GroupNorm subclass)."""
+    cls = _diffusers_class("autoencoder_kl_minimax_h3", "MiniMaxH3VideoGroupNorm")
+    return cls is not None and _plain(module, cls)
 
 def _plain(module, cls):
     """Whether module is exactly a cls with no hooks of its own and no forward set on the instance."""
@@ -426,9 +476,12 @@ def _swap_plain_group_norms(module):
             continue  # a wrapper replaced above (its parent comes first): out of the model now
         for name, child in list(parent._modules.items()):
             if id(child) not in replacements:
-                if _frame_norm(child):
+                inner = _frame_norm(child)
+                if inner is not None:
                     replacements[id(child)] = FrameGroupNorm(
-                        GroupNorm.from_group_norm(child.norm_layer)).train(child.training)
+                        GroupNorm.from_group_norm(child._modules[inner]), inner).train(child.training)
+                elif _contiguous_frame_norm(child):
+                    replacements[id(child)] = FrameGroupNormContiguous.from_group_norm(child)
                 elif _plain(child, nn.GroupNorm):
                     replacements[id(child)] = GroupNorm.from_group_norm(child)
             if id(child) in replacements:
@@ -438,15 +491,17 @@ def _swap_plain_group_norms(module):
 
 def _swap_block(block):
     children = block._modules
-    norms = {name for name, child in children.items() if _plain(child, nn.GroupNorm) or _frame_norm(child)}
+    norms = {name for name, child in children.items()
+             if _plain(child, nn.GroupNorm) or _frame_norm(child) is not None}
     acts = {name for name, child in children.items()
             if _plain(child, nn.SiLU) or _plain(child, _SiLUAfterGroupNormSiLU)}
     if not norms or not acts or "forward" in vars(block):
         return 0
     pairs = _fusion.proven_pairs(type(block), nn.Module, norms, acts, lambda name: _plain_attribute(block, name))
     for norm, act_names in pairs.items():
-        if _frame_norm(children[norm]):  # per frame: the frames' GroupNormSiLU, the hand-off by the wrapper
-            fused = FrameGroupNorm(GroupNormSiLU.from_group_norm(children[norm].norm_layer))
+        inner = _frame_norm(children[norm])
+        if inner is not None:  # per frame: the frames' GroupNormSiLU, the hand-off by the wrapper
+            fused = FrameGroupNorm(GroupNormSiLU.from_group_norm(children[norm]._modules[inner]), inner)
             fused.train(children[norm].training)
         else:
             fused = _GroupNormSiLUBeforeSiLU.from_group_norm(children[norm])

@@ -939,6 +939,25 @@ class TestFrameGroupNorm(unittest.TestCase):
             self.assertTrue(same_bits(y_again, expected), str(memory_format))
         SUMMARY.append(("regions", "FrameGroupNorm (per frame), both layouts", "gnsilu ran; bits of the frames' call"))
 
+    def test_contiguous_per_frame_norm(self):
+        """FrameGroupNormContiguous (diffusers' MiniMaxH3VideoGroupNorm swapped): gnsilu's plain GroupNorm of the
+        frames, the output contiguous, the frames' call bits, in both input layouts."""
+        torch.manual_seed(7)
+        norm = gt.FrameGroupNormContiguous(8, 64).cuda()
+        nn.init.normal_(norm.weight)
+        nn.init.normal_(norm.bias)
+        x = (torch.randn(2, 64, 5, 24, 20, device="cuda") * 2 + 3).to(torch.bfloat16)
+        with torch.inference_mode():
+            frames = x.transpose(1, 2).reshape(10, 64, 24, 20)
+            expected = gnsilu.group_norm(frames, 8, norm.weight, norm.bias, norm.eps, activation=None)
+            expected = expected.unflatten(0, (2, 5)).transpose(1, 2)
+            for memory_format in (torch.contiguous_format, torch.channels_last_3d):
+                with counting_gnsilu_calls() as calls:
+                    y = norm(x.contiguous(memory_format=memory_format))
+                self.assertEqual(sum(calls), 1, f"{memory_format}: gnsilu did not run ({calls})")
+                self.assertTrue(y.is_contiguous() and same_bits(y, expected), str(memory_format))
+        SUMMARY.append(("regions", "FrameGroupNormContiguous, both layouts", "gnsilu ran; contiguous; the frames' bits"))
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -102,14 +102,14 @@ def _check(model, x, run, pairs, plain, channels_last):
     with torch.no_grad():
         before = {name: as_tuple(run(model, v)) for name, v in inputs.items()}
     state = model.state_dict()
-    group_norms = count(model, nn.GroupNorm)
+    group_norms = count(model, nn.GroupNorm, exact=False)  # subclasses too (MiniMaxH3VideoGroupNorm)
 
     counts = gt.swap_group_norm_silu(model, return_counts=True)
     assert counts == gt.SwapCounts(pairs, plain), counts
     assert counts.pairs + counts.plain == group_norms, (counts, group_norms)
     assert count(model, nn.GroupNorm) == 0  # no plain nn.GroupNorm left
     assert count(model, gt.GroupNormSiLU, exact=False) == pairs
-    assert count(model, gt.GroupNorm) == plain
+    assert count(model, gt.GroupNorm, exact=False) == plain  # FrameGroupNormContiguous is one too
     after_state = model.state_dict()
     assert list(after_state) == list(state)
     assert all(torch.equal(after_state[k], v) for k, v in state.items())
@@ -313,11 +313,16 @@ def test_frame_group_norm_plain_and_batches():
 def test_autoencoder_kl_cosmos():
     # CosmosResnetBlock3d norm1/norm2 (14) and the 2 norm_out: 16 pairs in the code, none proven: each GroupNorm
     # sits in CosmosCausalGroupNorm (num_groups=1: permute, flatten, norm, unflatten, permute) and the SiLU is
-    # F.silu(...), a function call that cannot be told to pass a tensor through. The 4 attention norms are no pairs.
+    # F.silu(...), a function call that cannot be told to pass a tensor through. The wrappers with num_groups=1
+    # become FrameGroupNorm (their frames in one gnsilu call, the key `norm.weight` kept); the others' GroupNorm
+    # sees the whole tensor and is swapped in place. The 4 attention norms are no pairs.
     config = dict(latent_channels=4, encoder_block_out_channels=(32, 64), decode_block_out_channels=(32, 64),
                   attention_resolutions=(), resolution=32, num_layers=1, patch_size=1, spatial_compression_ratio=2,
                   temporal_compression_ratio=1, latents_mean=None, latents_std=None)
-    check("AutoencoderKLCosmos", config, randn(1, 3, 3, 16, 16), pairs=0, plain=20)
+    model = check("AutoencoderKLCosmos", config, randn(1, 3, 3, 16, 16), pairs=0, plain=20)
+    frames = [m for m in model.modules() if type(m) is gt.FrameGroupNorm]
+    assert frames and all(type(m.norm_layer) is gt.GroupNorm and "norm" in m._modules for m in frames), frames
+    assert not any(type(m).__name__ == "CosmosCausalGroupNorm" and m.num_groups == 1 for m in model.modules())
 
 
 def test_autoencoder_kl_kvae_video():
@@ -331,15 +336,16 @@ def test_autoencoder_kl_kvae_video():
 def test_autoencoder_kl_minimax_h3():
     # The encoder's 5 norms (2 MiniMaxH3VideoResnetBlock3d x norm1/norm2, norm_out) are MiniMaxH3VideoGroupNorm, a
     # subclass of nn.GroupNorm with its own forward (per frame, through permute/view), each followed by F.silu(...):
-    # 5 pairs in the code, none proven, and as subclasses not even swapped as plain GroupNorms. The decoder is a
-    # ViT without GroupNorm; only the encoder runs here.
+    # 5 pairs in the code, none proven (F.silu is a function call); each becomes a FrameGroupNormContiguous (gnsilu's
+    # GroupNorm of the frames, the parameters and keys of the subclass). The decoder is a ViT without GroupNorm;
+    # only the encoder runs here, on 2 frames.
     config = dict(latent_channels=4, block_out_channels=(32, 64), layers_per_block=1,
                   spatial_downsample_factors=(2, 1), temporal_downsample_factors=(1, 1), norm_num_groups=8,
                   decoder_num_layers=1, decoder_num_attention_heads=2, decoder_attention_head_dim=16,
                   latents_mean=(0.0,) * 4, latents_std=(1.0,) * 4, clip_length=1)
-    model = check("AutoencoderKLMiniMaxH3", config, randn(1, 3, 1, 16, 16), pairs=0, plain=0,
+    model = check("AutoencoderKLMiniMaxH3", config, randn(1, 3, 2, 16, 16), pairs=0, plain=5,
                   run=lambda model, x: model.encode(x).latent_dist.mode())
-    assert count(model, nn.GroupNorm, exact=False) == 5
+    assert count(model, gt.FrameGroupNormContiguous) == 5
 
 
 # ---- the proof: code that __init__ leaves behind -------------------------------------------------------------------
