@@ -16,7 +16,11 @@ A use of `self.norm` counts as proven when it is
     block's current configuration decides (`self.kind == "default"`, `self.up is None`, `x is not None and ...`),
     whose dead branch is then ignored. Such tests must be pure: identity tests and comparisons of plain
     attributes with constants only, nothing that calls code or reads tensor values;
-or it is harmless: a read of a GroupNorm attribute (`self.norm.weight`, `.eps`, ...), or a call with other than
+The act may also be a call of torch.nn.functional.silu with the one argument (`F.silu(self.norm(e))`, `v =
+F.silu(v)`): a name chain (`F.silu`, `torch.nn.functional.silu`) that the method does not bind itself (parameters,
+assignments, imports; none at all with `global`/`nonlocal`) and that resolves through its module's globals, module
+by module (their __dict__: no code runs), to that very function. Its act is FUNCTIONAL_SILU.
+Otherwise a use is harmless only as a read of a GroupNorm attribute (`self.norm.weight`, `.eps`, ...), or a call with other than
 one argument (a TypeError either way).
 A norm is swapped when it has a proven use and no other use in any method of the block's classes (up to `base`).
 __init__ runs before any swap, so what it does itself is not examined, but the code it leaves behind to run later
@@ -29,13 +33,14 @@ dynamic access (self.__dict__, self._modules, self.children(), ...), a method as
 attribute, or lambdas in the class body.
 
 Limits (stated in python/README.md): the configuration attributes read to decide an `if` must not change after
-the swap; code outside the block's classes that calls block.norm directly is not seen; F.silu(...) calls are not
-recognised (only SiLU modules held as attributes can be told to pass a tensor through).
+the swap, and nor may the module global that names F.silu; code outside the block's classes that calls block.norm
+directly is not seen.
 """
 import ast
 import functools
 import inspect
 import os
+import sys
 import textwrap
 import types
 
@@ -123,6 +128,69 @@ def _single_call(node, self_name, names):
             and not isinstance(node.args[0], ast.Starred)):
         return _self_attribute(node.func, self_name, names)
     return None
+
+
+FUNCTIONAL_SILU = "F.silu()"  # the act of a proven use whose SiLU is a function call (F.silu(v)), not an attribute
+
+
+def _act_call(node, self_name, acts, functional):
+    """The act when node is `self.<act>(one positional argument)` (act in acts), or FUNCTIONAL_SILU when it is
+    `<f>(one positional argument)` with functional(f) true (a name chain that resolves to a SiLU function), else
+    None."""
+    act = _single_call(node, self_name, acts)
+    if act is not None or functional is None:
+        return act
+    if (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords
+            and not isinstance(node.args[0], ast.Starred) and functional(node.func)):
+        return FUNCTIONAL_SILU
+    return None
+
+
+def _bound_names(function):
+    """Names that function binds itself (parameters, assignments, imports, loop and with targets...), or None when
+    it declares any global or nonlocal (then no name of it can be resolved from the module's globals)."""
+    names = set()
+    for node in ast.walk(function):
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            return None
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not function:
+            names.add(node.name)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names
+
+
+def _functional_resolver(function, module_globals, silu_functions):
+    """functional(node) for _act_call: whether node is a name or a chain of attributes (`F.silu`,
+    `torch.nn.functional.silu`) that the function does not bind itself and that resolves, through the module's
+    globals and the modules they name (their __dict__, so no code runs), to one of silu_functions. None when there is
+    nothing to resolve."""
+    if not silu_functions or module_globals is None:
+        return None
+    bound = _bound_names(function)
+    if bound is None:
+        return None
+
+    def functional(node):
+        chain = []
+        while isinstance(node, ast.Attribute):
+            chain.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id in bound or node.id not in module_globals:
+            return False
+        value = module_globals[node.id]
+        for attr in reversed(chain):
+            if not isinstance(value, types.ModuleType):
+                return False
+            value = vars(value).get(attr, UNKNOWN)
+        return any(value is f for f in silu_functions)
+    return functional
 
 
 class _Tests:
@@ -228,8 +296,9 @@ def _view_step(statement, variable, self_name):
     return steps > 0 and isinstance(node, ast.Name) and node.id == variable
 
 
-def _forward_pairs(function, self_name, norms, acts, tests):
-    """({id(norm Call): act} for `v = self.norm(e)` followed by `v = self.act(v)`, ids of dead nodes)."""
+def _forward_pairs(function, self_name, norms, acts, tests, functional=None):
+    """({id(norm Call): act} for `v = self.norm(e)` followed by `v = self.act(v)` (or `v = F.silu(v)`: the act
+    FUNCTIONAL_SILU, where functional resolves the callee), ids of dead nodes)."""
     proven, dead = {}, set()
 
     def live(statements):
@@ -252,7 +321,7 @@ def _forward_pairs(function, self_name, norms, acts, tests):
                 return None
         elif not isinstance(statement, ast.Return):
             return None
-        act = _single_call(statement.value, self_name, acts)
+        act = _act_call(statement.value, self_name, acts, functional)
         argument = statement.value.args[0] if act else None
         return act if isinstance(argument, ast.Name) and argument.id == variable else None
 
@@ -283,7 +352,7 @@ def _forward_pairs(function, self_name, norms, acts, tests):
     return proven, dead
 
 
-def _scan(function, self_name, norms, acts, proven, dead, found, unproven):
+def _scan(function, self_name, norms, acts, proven, dead, found, unproven, functional=None):
     """Classifies every use of self.<norm> in function (a method, or code that __init__ leaves behind): found[norm]
     gets the acts of proven uses, unproven the rest."""
     where = getattr(function, "name", type(function).__name__.lower())
@@ -320,7 +389,7 @@ def _scan(function, self_name, norms, acts, proven, dead, found, unproven):
             found.setdefault(norm, set()).add(proven[id(parent)])
             continue
         outer = parents.get(id(parent))
-        act = _single_call(outer, self_name, acts) if _single_call(parent, self_name, norms) else None
+        act = _act_call(outer, self_name, acts, functional) if _single_call(parent, self_name, norms) else None
         if act and outer.args[0] is parent:
             found.setdefault(norm, set()).add(act)
             continue
@@ -334,7 +403,7 @@ def _scan(function, self_name, norms, acts, proven, dead, found, unproven):
 _LATER = (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.GeneratorExp)  # code that runs later
 
 
-def _scan_left_behind(init, self_name, norms, acts, found, unproven):
+def _scan_left_behind(init, self_name, norms, acts, found, unproven, functional=None):
     """__init__ runs before any swap and is not examined itself; the code it writes to run later (functions, lambdas,
     classes, generator expressions: `self.helper = lambda x: self.norm(x)`) is scanned as a method is. Where there
     is such code, `self` may not be used as a value anywhere in __init__: an alias would reach the norm unseen."""
@@ -357,15 +426,17 @@ def _scan_left_behind(init, self_name, norms, acts, found, unproven):
                 continue
             raise _Refuse(f"'{self_name}' is used as a value in an __init__ that leaves code behind")
     for node in later:
-        _scan(node, self_name, norms, acts, {}, set(), found, unproven)
+        _scan(node, self_name, norms, acts, {}, set(), found, unproven, functional)
 
 
-def proven_pairs(cls, base, norms, acts, lookup):
+def proven_pairs(cls, base, norms, acts, lookup, silu_functions=()):
     """{norm: set of acts} for the attributes in `norms` whose every use in cls's code is proven (module docstring).
 
     cls: the block's class; base: the first class of cls's MRO not examined (torch.nn.Module); norms and acts:
     names of the block's attributes holding a plain GroupNorm or SiLU module; lookup(name): the block's value of
-    a plain instance attribute (used to decide `if` tests in forward), or UNKNOWN.
+    a plain instance attribute (used to decide `if` tests in forward), or UNKNOWN; silu_functions: functions
+    (torch.nn.functional.silu) whose calls count as a SiLU too, the act FUNCTIONAL_SILU, when the callee is a name
+    chain that the method does not bind and that resolves through its module's globals to one of them.
     """
     mro = cls.__mro__
     if base not in mro:
@@ -380,17 +451,21 @@ def proven_pairs(cls, base, norms, acts, lookup):
     found, unproven = {}, set()
     try:
         for k in classes:
+            module = sys.modules.get(k.__module__)
+            module_globals = vars(module) if module is not None else None
             for function, line in _methods(k):
                 self_name = _self_name(function)
                 if self_name is None:
                     continue
+                functional = _functional_resolver(function, module_globals, silu_functions)
                 if function.name == "__init__":
-                    _scan_left_behind(function, self_name, norms, acts, found, unproven)
+                    _scan_left_behind(function, self_name, norms, acts, found, unproven, functional)
                     continue
                 proven, dead = {}, set()
                 if k is owner and function.name == "forward" and line == forward.__code__.co_firstlineno:
-                    proven, dead = _forward_pairs(function, self_name, norms, acts, _Tests(self_name, lookup))
-                _scan(function, self_name, norms, acts, proven, dead, found, unproven)
+                    proven, dead = _forward_pairs(function, self_name, norms, acts, _Tests(self_name, lookup),
+                                                  functional)
+                _scan(function, self_name, norms, acts, proven, dead, found, unproven, functional)
     except _Refuse:
         return {}
     return {norm: found[norm] for norm in sorted(found) if norm not in unproven}

@@ -317,6 +317,50 @@ class _GroupNormSiLUBeforeSiLU(GroupNormSiLU):
         return output
 
 
+class _SiLUApplied(torch.Tensor):
+    """silu(group_norm(x)) from a norm whose output the block's code (proven: _fusion.FUNCTIONAL_SILU) hands straight
+    to F.silu(...): F.silu returns it as the plain tensor it is, SiLU already applied. The proof rules out any other
+    use; one would be an error here (RuntimeError), never a silently wrong value."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is F.silu and len(args) == 1 and type(args[0]) is cls:
+            with torch._C.DisableTorchFunctionSubclass():
+                return args[0].as_subclass(torch.Tensor)
+        raise RuntimeError(f"gnsilu: the output of a GroupNorm swapped for one followed by F.silu (proven from the "
+                           f"model's code to go straight into F.silu, which it holds already applied) reached "
+                           f"{getattr(func, '__name__', func)}; call gnsilu.torch.swap_group_norm_silu after changing "
+                           "the model's code, or not at all")
+
+
+def _norm_before_silu_function(module, input):
+    """(output, whether SiLU is applied) for a norm whose output goes straight into F.silu: silu(group_norm(x))
+    from gnsilu in eager mode (F.silu then passes it through); under torch.compile, gnsilu's plain group_norm (the
+    op in the graph; F.silu follows in the graph); where gnsilu does not take the input, PyTorch's group_norm."""
+    output = _fast_forward(module, input, "silu")
+    if output is not None:
+        return output, True
+    if _gnsilu_takes(module, input):
+        if _is_compiling():
+            return _gnsilu(module, input, "none"), False
+        return _gnsilu(module, input, "silu"), True
+    _note_declined(module, input)
+    return F.group_norm(input, module.num_groups, module.weight, module.bias, module.eps), False
+
+
+def _handed_to_silu_function(output, applied):
+    return output.as_subclass(_SiLUApplied) if applied else output
+
+
+class _GroupNormBeforeSiLUFunction(GroupNormSiLU):
+    """GroupNormSiLU in a block whose code is proven to hand its output straight to F.silu(...): returns
+    silu(group_norm(x)) marked so that F.silu passes it through (_SiLUApplied), or group_norm(x) where F.silu must
+    still run (torch.compile, PyTorch's fallback)."""
+
+    def forward(self, input):
+        return _handed_to_silu_function(*_norm_before_silu_function(self, input))
+
+
 class _SiLUAfterGroupNormSiLU(nn.SiLU):
     """nn.SiLU that passes through the tensor its _GroupNormSiLUBeforeSiLU just returned (the same object, `is`,
     which torch.compile traces) or a view of it (`input._base is handed`: the block's code, proven, only takes views
@@ -359,6 +403,14 @@ class FrameGroupNorm(nn.Module):
         return self._modules[self._norm_name]
 
     def forward(self, input):
+        if getattr(self, "_gnsilu_silu_function", False):  # proven to go straight into F.silu(...)
+            applied = []
+
+            def norm(x):
+                output, silu = _norm_before_silu_function(self.norm_layer, x)
+                applied.append(silu)
+                return output
+            return _handed_to_silu_function(_frames_forward(norm, input, type(self).__name__), applied[0])
         output = _frames_forward(self.norm_layer, input, type(self).__name__)
         for act in getattr(self, "_gnsilu_acts", ()):
             setattr(act, _HANDOFF, output)
@@ -384,6 +436,15 @@ class FrameGroupNormContiguous(GroupNorm):
     MiniMaxH3VideoGroupNorm's place."""
 
     def forward(self, input):
+        if getattr(self, "_gnsilu_silu_function", False):  # proven to go straight into F.silu(...)
+            applied = []
+
+            def norm(x):
+                output, silu = _norm_before_silu_function(self, x)
+                applied.append(silu)
+                return output
+            output = _frames_forward(norm, input, type(self).__name__).contiguous()
+            return _handed_to_silu_function(output, applied[0])
         return _frames_forward(super().forward, input, type(self).__name__).contiguous()
 
 
@@ -492,13 +553,23 @@ def _swap_plain_group_norms(module):
 def _swap_block(block):
     children = block._modules
     norms = {name for name, child in children.items()
-             if _plain(child, nn.GroupNorm) or _frame_norm(child) is not None}
+             if _plain(child, nn.GroupNorm) or _frame_norm(child) is not None or _contiguous_frame_norm(child)}
     acts = {name for name, child in children.items()
             if _plain(child, nn.SiLU) or _plain(child, _SiLUAfterGroupNormSiLU)}
-    if not norms or not acts or "forward" in vars(block):
+    if not norms or "forward" in vars(block):
         return 0
-    pairs = _fusion.proven_pairs(type(block), nn.Module, norms, acts, lambda name: _plain_attribute(block, name))
+    pairs = _fusion.proven_pairs(type(block), nn.Module, norms, acts, lambda name: _plain_attribute(block, name),
+                                 silu_functions=(F.silu,))
+    swapped = 0
     for norm, act_names in pairs.items():
+        if _fusion.FUNCTIONAL_SILU in act_names:
+            if len(act_names) == 1:  # only ever into F.silu(...); with SiLU modules too: not swapped as a pair
+                setattr(block, norm, _before_silu_function(children[norm]))
+                swapped += 1
+            continue
+        if _contiguous_frame_norm(children[norm]):
+            continue  # its SiLU modules are not told of its output: swapped as a plain GroupNorm later
+        swapped += 1
         inner = _frame_norm(children[norm])
         if inner is not None:  # per frame: the frames' GroupNormSiLU, the hand-off by the wrapper
             fused = FrameGroupNorm(GroupNormSiLU.from_group_norm(children[norm]._modules[inner]), inner)
@@ -511,7 +582,21 @@ def _swap_block(block):
         # A plain attribute, not a submodule: named_modules() and the state_dict do not change.
         object.__setattr__(fused, "_gnsilu_acts", tuple(children[act] for act in sorted(act_names)))
         setattr(block, norm, fused)
-    return len(pairs)
+    return swapped
+
+
+def _before_silu_function(norm):
+    """The replacement of a norm (plain nn.GroupNorm, a per-frame wrapper or MiniMaxH3VideoGroupNorm) whose output the
+    block's code hands only to F.silu(...): it returns silu(group_norm(x)) marked for F.silu to pass through."""
+    inner = _frame_norm(norm)
+    if inner is not None:
+        fused = FrameGroupNorm(GroupNormSiLU.from_group_norm(norm._modules[inner]), inner).train(norm.training)
+    elif _contiguous_frame_norm(norm):
+        fused = FrameGroupNormContiguous.from_group_norm(norm)
+    else:
+        return _GroupNormBeforeSiLUFunction.from_group_norm(norm)
+    object.__setattr__(fused, "_gnsilu_silu_function", True)  # a plain attribute: the state_dict stays
+    return fused
 
 
 SwapCounts = collections.namedtuple("SwapCounts", ["pairs", "plain"])

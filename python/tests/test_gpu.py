@@ -939,6 +939,26 @@ class TestFrameGroupNorm(unittest.TestCase):
             self.assertTrue(same_bits(y_again, expected), str(memory_format))
         SUMMARY.append(("regions", "FrameGroupNorm (per frame), both layouts", "gnsilu ran; bits of the frames' call"))
 
+    def test_silu_function_pair(self):
+        """A block written `F.silu(self.norm(x))` (Cosmos, MiniMax-H3): after the swap gnsilu runs once, SiLU
+        included, F.silu passes its output through, and the block's output has gnsilu's group_norm_silu bits."""
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import toy_models
+        torch.manual_seed(8)
+        block = toy_models.FunctionalSiLU(64, 8).cuda().eval()
+        x = (torch.randn(2, 64, 24, 20, device="cuda") * 2 + 3).to(torch.bfloat16)
+        self.assertEqual(gt.swap_group_norm_silu(block, return_counts=True), gt.SwapCounts(1, 0))
+        block = block.to(torch.bfloat16)
+        with torch.inference_mode():
+            expected = gnsilu.group_norm_silu(x, 8, block.norm.weight, block.norm.bias, block.norm.eps)
+            for memory_format in (torch.contiguous_format, torch.channels_last):
+                with counting_gnsilu_calls() as calls:
+                    y = block(x.contiguous(memory_format=memory_format))
+                self.assertEqual(sum(calls), 1, f"{memory_format}: gnsilu did not run ({calls})")
+                self.assertIs(type(y), torch.Tensor)
+                self.assertTrue(same_bits(y, expected), str(memory_format))
+        SUMMARY.append(("regions", "F.silu(norm(x)) pair, both layouts", "one gnsilu call; group_norm_silu's bits"))
+
     def test_contiguous_per_frame_norm(self):
         """FrameGroupNormContiguous (diffusers' MiniMaxH3VideoGroupNorm swapped): gnsilu's plain GroupNorm of the
         frames, the output contiguous, the frames' call bits, in both input layouts."""

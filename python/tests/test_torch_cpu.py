@@ -253,6 +253,40 @@ class TestHandOff(unittest.TestCase):
         self.assertEqual(ops.count(OP), 1)
         self.assertEqual(sum("silu" in op for op in ops if op != OP), 1)  # SiLU only on x itself
 
+    def test_silu_function_pairs(self):
+        """`F.silu(self.norm(x))`: the norm returns silu(group_norm(x)) marked (_SiLUApplied) and F.silu passes it
+        through in eager mode; compiled, the graph holds gnsilu's plain group_norm and F.silu. A local name that
+        shadows F, or F.silu with a keyword, is no pair."""
+        torch.manual_seed(2)
+        block = toy_models.FunctionalSiLU(16, 4).eval()
+        x = torch.randn(2, 16, 5, 4)
+        with torch.no_grad():
+            expected = block(x)
+        self.assertEqual(gt.swap_group_norm_silu(block, return_counts=True), gt.SwapCounts(1, 0))
+        with modules_take_cpu(), torch.no_grad():
+            self.assertIs(type(block.norm(x)), gt._SiLUApplied)
+            y = block(x)
+            self.assertIs(type(y), torch.Tensor)
+            self.assertTrue(torch.equal(y, expected))
+            with self.assertRaisesRegex(RuntimeError, "F.silu"):
+                block.norm(x) * 2  # anything but F.silu: an error, never a wrong value
+            torch._dynamo.reset()
+            ops = []
+            compiled = torch.compile(block, backend=graph_ops(ops), fullgraph=True)
+            self.assertTrue(torch.equal(compiled(x), expected))
+        self.assertEqual(ops.count(OP), 1)
+        self.assertEqual(sum("silu" in op for op in ops if op != OP), 1)  # F.silu stays in the compiled graph
+        with torch.no_grad():  # on the CPU without the test hook: PyTorch's group_norm, then F.silu
+            self.assertIs(type(block.norm(x)), torch.Tensor)
+            self.assertTrue(torch.equal(block(x), expected))
+        for cls in (toy_models.ShadowedSiLU, toy_models.FunctionalSiLUInPlace):
+            with self.subTest(cls=cls.__name__):
+                other = cls(16, 4).eval()
+                with torch.no_grad():
+                    before = other(x)
+                    self.assertEqual(gt.swap_group_norm_silu(other, return_counts=True), gt.SwapCounts(0, 1))
+                    self.assertTrue(torch.equal(other(x), before))
+
     def test_norm_called_outside_the_block(self):
         with torch.no_grad():
             fused = self.block.norm1(self.x)  # silu(group_norm): the documented limit of the swap
@@ -470,7 +504,7 @@ class TestTorchOnCPU(unittest.TestCase):
             expected = decoder(latent), head(features), [m(features) for m in others]
             self.assertEqual(self.gt.swap_group_norm_silu(decoder), self.models.expected_swaps(decoder))
             self.assertEqual(self.gt.swap_group_norm_silu(head), 1)
-            self.assertEqual(self.gt.swap_group_norm_silu(others), 0)
+            self.assertEqual(self.gt.swap_group_norm_silu(others), 1)  # FunctionalSiLU's F.silu pair
             got = decoder(latent), head(features), [m(features) for m in others]
         self.assertEqual(list(decoder.state_dict()), keys)
         self.assertTrue(torch.equal(got[0], expected[0]))  # on CPU the swapped modules run the same ops
@@ -745,11 +779,12 @@ class TestTorchOnCPU(unittest.TestCase):
         features = torch.randn(2, 32, 6, 6)
         with torch.no_grad():
             expected = [m(features) for m in others]
-            self.assertEqual(self.gt.swap_group_norm_silu(others, return_counts=True), (0, 4))
+            self.assertEqual(self.gt.swap_group_norm_silu(others, return_counts=True), (1, 3))
             got = [m(features) for m in others]
         self.assertTrue(all(torch.equal(a, b) for a, b in zip(got, expected)))
-        for norm in (others[0].norm, others[1].norm, others[2][0], others[3]):
+        for norm in (others[0].norm, others[2][0], others[3]):
             self.assertIs(type(norm), self.gt.GroupNorm)
+        self.assertIs(type(others[1].norm), self.gt._GroupNormBeforeSiLUFunction)
 
         # plain=False: only the pairs, as before.
         decoder = self.models.FluxLikeDecoder(block_out_channels=(32, 64, 64, 64), layers_per_block=1)

@@ -108,8 +108,11 @@ def _check(model, x, run, pairs, plain, channels_last):
     assert counts == gt.SwapCounts(pairs, plain), counts
     assert counts.pairs + counts.plain == group_norms, (counts, group_norms)
     assert count(model, nn.GroupNorm) == 0  # no plain nn.GroupNorm left
-    assert count(model, gt.GroupNormSiLU, exact=False) == pairs
-    assert count(model, gt.GroupNorm, exact=False) == plain  # FrameGroupNormContiguous is one too
+    # A pair is a GroupNormSiLU, or a FrameGroupNormContiguous that returns silu(group_norm(x)) for F.silu.
+    fused_plain = sum(1 for m in model.modules() if isinstance(m, gt.GroupNorm)
+                      and getattr(m, "_gnsilu_silu_function", False))
+    assert count(model, gt.GroupNormSiLU, exact=False) + fused_plain == pairs
+    assert count(model, gt.GroupNorm, exact=False) - fused_plain == plain  # FrameGroupNormContiguous is one too
     after_state = model.state_dict()
     assert list(after_state) == list(state)
     assert all(torch.equal(after_state[k], v) for k, v in state.items())
@@ -311,18 +314,22 @@ def test_frame_group_norm_plain_and_batches():
 
 
 def test_autoencoder_kl_cosmos():
-    # CosmosResnetBlock3d norm1/norm2 (14) and the 2 norm_out: 16 pairs in the code, none proven: each GroupNorm
-    # sits in CosmosCausalGroupNorm (num_groups=1: permute, flatten, norm, unflatten, permute) and the SiLU is
-    # F.silu(...), a function call that cannot be told to pass a tensor through. The wrappers with num_groups=1
-    # become FrameGroupNorm (their frames in one gnsilu call, the key `norm.weight` kept); the others' GroupNorm
-    # sees the whole tensor and is swapped in place. The 4 attention norms are no pairs.
+    # CosmosResnetBlock3d norm1/norm2 (14) and the 2 norm_out: 16 pairs in the code, all proven: each GroupNorm
+    # sits in CosmosCausalGroupNorm (num_groups=1: permute, flatten, norm, unflatten, permute), and `v =
+    # self.norm1(v)` is followed by `v = F.silu(v)`, whose callee resolves through the module's globals to
+    # torch.nn.functional.silu. The wrappers with num_groups=1 become FrameGroupNorm (their frames in one gnsilu
+    # call, the key `norm.weight` kept) returning silu(group_norm(x)) for F.silu to pass through; the others'
+    # GroupNorm sees the whole tensor. The 4 attention norms are plain.
     config = dict(latent_channels=4, encoder_block_out_channels=(32, 64), decode_block_out_channels=(32, 64),
                   attention_resolutions=(), resolution=32, num_layers=1, patch_size=1, spatial_compression_ratio=2,
                   temporal_compression_ratio=1, latents_mean=None, latents_std=None)
-    model = check("AutoencoderKLCosmos", config, randn(1, 3, 3, 16, 16), pairs=0, plain=20)
+    x = randn(1, 3, 3, 16, 16)
+    model = check("AutoencoderKLCosmos", config, x, pairs=16, plain=4)
     frames = [m for m in model.modules() if type(m) is gt.FrameGroupNorm]
-    assert frames and all(type(m.norm_layer) is gt.GroupNorm and "norm" in m._modules for m in frames), frames
+    assert frames and all(type(m.norm_layer) in (gt.GroupNorm, gt.GroupNormSiLU) and "norm" in m._modules
+                          for m in frames), frames
     assert not any(type(m).__name__ == "CosmosCausalGroupNorm" and m.num_groups == 1 for m in model.modules())
+    _check_silu_function_pairs(model, x, lambda model, x: model(x).sample, 16)
 
 
 def test_autoencoder_kl_kvae_video():
@@ -336,16 +343,62 @@ def test_autoencoder_kl_kvae_video():
 def test_autoencoder_kl_minimax_h3():
     # The encoder's 5 norms (2 MiniMaxH3VideoResnetBlock3d x norm1/norm2, norm_out) are MiniMaxH3VideoGroupNorm, a
     # subclass of nn.GroupNorm with its own forward (per frame, through permute/view), each followed by F.silu(...):
-    # 5 pairs in the code, none proven (F.silu is a function call); each becomes a FrameGroupNormContiguous (gnsilu's
-    # GroupNorm of the frames, the parameters and keys of the subclass). The decoder is a ViT without GroupNorm;
-    # only the encoder runs here, on 2 frames.
+    # 5 pairs in the code, all proven (`F.silu(self.norm1(h))`); each becomes a FrameGroupNormContiguous (gnsilu's
+    # GroupNorm of the frames, the parameters and keys of the subclass) returning silu(group_norm(x)) for F.silu to
+    # pass through. The decoder is a ViT without GroupNorm; only the encoder runs here, on 2 frames.
     config = dict(latent_channels=4, block_out_channels=(32, 64), layers_per_block=1,
                   spatial_downsample_factors=(2, 1), temporal_downsample_factors=(1, 1), norm_num_groups=8,
                   decoder_num_layers=1, decoder_num_attention_heads=2, decoder_attention_head_dim=16,
                   latents_mean=(0.0,) * 4, latents_std=(1.0,) * 4, clip_length=1)
-    model = check("AutoencoderKLMiniMaxH3", config, randn(1, 3, 2, 16, 16), pairs=0, plain=5,
-                  run=lambda model, x: model.encode(x).latent_dist.mode())
+    x = randn(1, 3, 2, 16, 16)
+    run = lambda model, x: model.encode(x).latent_dist.mode()  # noqa: E731
+    model = check("AutoencoderKLMiniMaxH3", config, x, pairs=5, plain=0, run=run)
     assert count(model, gt.FrameGroupNormContiguous) == 5
+    _check_silu_function_pairs(model, x, run, 5)
+
+
+def _check_silu_function_pairs(model, x, run, pairs):
+    """With the modules taking CPU tensors (the op then runs PyTorch's ops: silu(group_norm(x)) in one call), each
+    of `pairs` norms proven to go straight into F.silu returns its output with SiLU applied and F.silu passes it
+    through: the outputs are the unswapped model's (as check() compared them), and F.silu passes through as many
+    tensors as the fused norms are called (MiniMax-H3 encodes its frames in clips: each norm runs more than once).
+    A use other than F.silu raises."""
+    from unittest import mock
+    fused = [m for m in model.modules() if getattr(m, "_gnsilu_silu_function", False)
+             or type(m).__name__ == "_GroupNormBeforeSiLUFunction"]
+    assert len(fused) == pairs, (len(fused), pairs)
+    with one_thread(), torch.no_grad():
+        expected = as_tuple(run(model, x))
+    passed = [0]
+    function = gt._SiLUApplied.__torch_function__.__func__
+
+    def counted(cls, func, types, args=(), kwargs=None):
+        passed[0] += func is torch.nn.functional.silu
+        return function(cls, func, types, args, kwargs)
+    with one_thread(), torch.no_grad(), mock.patch.object(gt, "_DEVICE_TYPES", ("cpu",)), \
+            mock.patch.object(gt._SiLUApplied, "__torch_function__", classmethod(counted)):
+        calls = [0]
+        hooks = [m.register_forward_hook(lambda *args: calls.__setitem__(0, calls[0] + 1)) for m in fused]
+        got = as_tuple(run(model, x))
+        for hook in hooks:
+            hook.remove()
+        assert calls[0] >= pairs and passed[0] == calls[0], \
+            f"F.silu passed {passed[0]} tensors through in {calls[0]} calls of the {pairs} fused norms"
+        for a, b in zip(got, expected):
+            assert type(a) is torch.Tensor and torch.equal(a, b)
+        norm = fused[0]
+        if isinstance(norm, gt.FrameGroupNorm):
+            marked = norm(torch.randn(1, norm.norm_layer.num_channels, 2, 4, 4))
+        elif isinstance(norm, gt.FrameGroupNormContiguous):
+            marked = norm(torch.randn(1, norm.num_channels, 2, 4, 4))
+        else:
+            marked = norm(torch.randn(1, norm.num_channels, 4, 4))
+        assert type(marked) is gt._SiLUApplied
+        try:
+            marked + 1
+            raise AssertionError("a use other than F.silu accepted")
+        except RuntimeError as e:
+            assert "F.silu" in str(e), e
 
 
 # ---- the proof: code that __init__ leaves behind -------------------------------------------------------------------

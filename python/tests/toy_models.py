@@ -172,7 +172,8 @@ class ResidualNorm(nn.Module):
 
 
 class FunctionalSiLU(nn.Module):
-    """GroupNorm then F.silu: not recognised (a function call cannot be told to pass a tensor through)."""
+    """GroupNorm then F.silu(...): a proven pair (the callee resolves to torch.nn.functional.silu through the
+    module's globals); the swapped norm returns silu(group_norm(x)) marked for F.silu to pass through."""
 
     def __init__(self, channels, groups=32):
         super().__init__()
@@ -185,3 +186,28 @@ class FunctionalSiLU(nn.Module):
 def sequential_head(channels, groups=32):
     """GroupNorm, SiLU, conv as an nn.Sequential (swap case a)."""
     return nn.Sequential(nn.GroupNorm(groups, channels), nn.SiLU(), nn.Conv2d(channels, 3, 3, padding=1))
+
+
+class ShadowedSiLU(nn.Module):
+    """GroupNorm then F.silu through a local `F`: names the method binds itself are not resolved, so no pair (a
+    plain GroupNorm), even where the local is torch.nn.functional."""
+
+    def __init__(self, channels, groups=32):
+        super().__init__()
+        self.norm = nn.GroupNorm(groups, channels)
+
+    def forward(self, x):
+        F = torch.nn.functional  # noqa: N806  (shadows the module's F)
+        return F.silu(self.norm(x))
+
+
+class FunctionalSiLUInPlace(nn.Module):
+    """GroupNorm then F.silu(v, inplace=True): a keyword argument, no pair (a plain GroupNorm)."""
+
+    def __init__(self, channels, groups=32):
+        super().__init__()
+        self.norm = nn.GroupNorm(groups, channels)
+
+    def forward(self, x):
+        v = self.norm(x)
+        return torch.nn.functional.silu(v, inplace=True)
