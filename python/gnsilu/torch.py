@@ -363,7 +363,8 @@ class _GroupNormBeforeSiLUFunction(GroupNormSiLU):
 
 class _SiLUAfterGroupNormSiLU(nn.SiLU):
     """nn.SiLU that passes through the tensor its _GroupNormSiLUBeforeSiLU just returned (the same object, `is`,
-    which torch.compile traces) or a view of it (`input._base is handed`: the block's code, proven, only takes views
+    which torch.compile traces) or a view of it (`input._base is handed`, or in inference mode, where views keep no
+    `_base`, the same storage: the block's code, proven, only takes views
     such as permute/unflatten in between, and SiLU commutes with them), and applies SiLU to anything else. Either
     way the hand-off is cleared, so no tensor is held past the next call."""
 
@@ -375,9 +376,16 @@ class _SiLUAfterGroupNormSiLU(nn.SiLU):
         handed = getattr(self, _HANDOFF)
         if handed is not None:
             setattr(self, _HANDOFF, None)
-            if handed is input or input._base is handed:
+            if handed is input or input._base is handed or _inference_view(input, handed):
                 return input
         return super().forward(input)
+
+
+def _inference_view(input, handed):
+    """Whether input is a view of handed made in inference mode, where PyTorch keeps no `_base` for views: the same
+    storage (the proof leaves views as the only way from the norm's output to the SiLU)."""
+    return input._base is None and handed.is_inference() and input.is_inference() and \
+        input.untyped_storage().data_ptr() == handed.untyped_storage().data_ptr()
 
 
 

@@ -243,15 +243,16 @@ class TestHandOff(unittest.TestCase):
         with torch.no_grad():
             expected = block(x)
         self.assertEqual(gt.swap_group_norm_silu(block, return_counts=True), gt.SwapCounts(1, 0))
-        with modules_take_cpu(), torch.no_grad():
-            self.assertTrue(torch.equal(block(x), expected))
-            torch._dynamo.reset()
-            ops = []
-            compiled = torch.compile(block, backend=graph_ops(ops), fullgraph=True)
-            self.assertTrue(torch.equal(compiled(x), expected))
-            self.assertIsNone(block.nonlinearity._gnsilu_handoff)
-        self.assertEqual(ops.count(OP), 1)
-        self.assertEqual(sum("silu" in op for op in ops if op != OP), 1)  # SiLU only on x itself
+        for mode in (torch.no_grad, torch.inference_mode):  # inference mode: views keep no `_base`
+            with self.subTest(mode=mode.__name__), modules_take_cpu(), mode():
+                self.assertTrue(torch.equal(block(x), expected))
+                torch._dynamo.reset()
+                ops = []
+                compiled = torch.compile(block, backend=graph_ops(ops), fullgraph=True)
+                self.assertTrue(torch.equal(compiled(x), expected))
+                self.assertIsNone(block.nonlinearity._gnsilu_handoff)
+                self.assertEqual(ops.count(OP), 1)
+                self.assertEqual(sum("silu" in op for op in ops if op != OP), 1)  # SiLU only on x itself
 
     def test_silu_function_pairs(self):
         """`F.silu(self.norm(x))`: the norm returns silu(group_norm(x)) marked (_SiLUApplied) and F.silu passes it

@@ -118,12 +118,15 @@ def _check(model, x, run, pairs, plain, channels_last):
     assert all(torch.equal(after_state[k], v) for k, v in state.items())
     assert gt.swap_group_norm_silu(model, return_counts=True) == gt.SwapCounts(0, 0)
 
-    with torch.no_grad():
-        for name, v in inputs.items():
-            after = as_tuple(run(model, v))
-            assert len(after) == len(before[name])
-            for a, b in zip(after, before[name]):
-                assert a.shape == b.shape and torch.equal(a, b), f"{name}: swapped output differs"
+    # no_grad and inference_mode both (in inference mode PyTorch keeps no `_base` for views: the hand-off through
+    # views must not depend on it).
+    for mode in (torch.no_grad, torch.inference_mode):
+        with mode():
+            for name, v in inputs.items():
+                after = as_tuple(run(model, v))
+                assert len(after) == len(before[name])
+                for a, b in zip(after, before[name]):
+                    assert a.shape == b.shape and torch.equal(a, b), f"{name}, {mode.__name__}: swapped output differs"
     return model
 
 
