@@ -14,7 +14,9 @@ Models, built from config dicts with random weights (seeded; no model hub):
 Modes: eager; eager+gnsilu (gnsilu.torch.swap_group_norm_silu on a copy); compile (torch.compile of the decode);
 compile+gnsilu (the swapped copy compiled: gnsilu's op stands in Inductor's graph); any of them with +slabs (whole
 activations, convolutions and upsamplers in slabs of rows: gnsilu.chunked, --slab-bytes) or +tiled (diffusers'
-enable_tiling). Cases also flux-2048 (a 1x16x256x256 latent). Layouts: nchw (contiguous) and
+enable_tiling). Cases also flux-2048 (a 1x16x256x256 latent), and the other diffusers VAEs with GroupNorm in
+their default configurations (VIDEO_CASES): mochi (latent 1x12x3x32x32), magvit, kvae-video, cogvideox, cosmos
+(1x16x3x32x32) and svd (AutoencoderKLTemporalDecoder, 4x4x32x32 decoded as 4 frames). Layouts: nchw (contiguous) and
 channels_last (model and latent in torch.channels_last / channels_last_3d).
 For each row: median ms of --runs decodes (CUDA events around each decode, after warm-up; the compile time of the
 first call is printed apart), peak memory allocated during the decodes, the relative L2 error against a float32
@@ -42,6 +44,16 @@ FLUX_VAE = dict(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlo
                 layers_per_block=2, act_fn="silu", latent_channels=16, norm_num_groups=32, sample_size=1024,
                 scaling_factor=0.3611, shift_factor=0.1159, use_quant_conv=False, use_post_quant_conv=False,
                 mid_block_add_attention=True)
+# Other diffusers VAEs with GroupNorm (issue 25's table), default configurations: (class, latent shape).
+VIDEO_CASES = {
+    "mochi": ("AutoencoderKLMochi", (1, 12, 3, 32, 32)),
+    "magvit": ("AutoencoderKLMagvit", (1, 16, 3, 32, 32)),
+    "kvae-video": ("AutoencoderKLKVAEVideo", (1, 16, 3, 32, 32)),
+    "cogvideox": ("AutoencoderKLCogVideoX", (1, 16, 3, 32, 32)),
+    "cosmos": ("AutoencoderKLCosmos", (1, 16, 3, 32, 32)),
+    "svd": ("AutoencoderKLTemporalDecoder", (4, 4, 32, 32)),
+}
+DECODE_KWARGS = {"svd": lambda latent: {"num_frames": latent.shape[0]}}  # decode(z, **kwargs)
 CATEGORIES = ["conv", "transpose", "groupnorm", "gnsilu", "attention", "gemm", "elementwise", "other"]
 # Kernel names (lower case) to categories, first match wins.
 PATTERNS = [
@@ -77,6 +89,11 @@ def build(case, args, torch):
         vae = diffusers.AutoencoderKLHunyuanVideo()
         t, h, w = (int(v) for v in args.hunyuan_latent.split(",")) if args.device == "cuda" else (2, 8, 8)
         shape = (1, 16, t, h, w)
+    elif case in VIDEO_CASES:
+        class_name, shape = VIDEO_CASES[case]
+        vae = getattr(diffusers, class_name)()
+        if args.device != "cuda":
+            shape = shape[:2] + (2,) * (len(shape) - 4) + (8, 8)  # a check of the script: tiny
     else:
         raise SystemExit(f"bench_vae: unknown case {case!r}")
     generator = torch.Generator().manual_seed(1)
@@ -91,10 +108,16 @@ def in_layout(torch, value, layout):
 
 
 def model_in_layout(torch, vae, layout):
+    """The model with its 4-D parameters in channels_last and its 5-D ones in channels_last_3d (models such as
+    CogVideoX and SVD's temporal decoder hold both, which one .to(memory_format=...) cannot convert)."""
     if layout == "nchw":
         return vae
-    has_3d = any(isinstance(m, torch.nn.Conv3d) for m in vae.modules())
-    return vae.to(memory_format=torch.channels_last_3d if has_3d else torch.channels_last)
+    with torch.no_grad():
+        for parameter in vae.parameters():
+            if parameter.dim() in (4, 5):
+                parameter.data = parameter.data.contiguous(
+                    memory_format=torch.channels_last if parameter.dim() == 4 else torch.channels_last_3d)
+    return vae
 
 
 def breakdown(torch, decode, latent):
@@ -162,7 +185,7 @@ def memory_breakdown(torch, model, decode, z):
             "between_norms_peak_gib": state["between"][0], "between": state["between"][1]}
 
 
-def run_row(torch, args, vae_run, latent, mode, layout, exact):
+def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
     import gnsilu.torch as gt
     model = copy.deepcopy(vae_run)
     swapped = None
@@ -173,12 +196,14 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact):
     model = model_in_layout(torch, model, layout)
     z = in_layout(torch, latent.to(getattr(torch, args.dtype)), layout)
 
+    extra = DECODE_KWARGS.get(case, lambda latent: {})(latent)
+
     def plain_decode(value):
         if "+slabs" in mode:  # whole activations, convolutions and upsamplers in slabs of rows (gnsilu.chunked)
             import gnsilu.chunked as gc
             with gc.slabs(model.decoder, max_bytes=args.slab_bytes):
-                return model.decode(value).sample
-        return model.decode(value).sample
+                return model.decode(value, **extra).sample
+        return model.decode(value, **extra).sample
 
     decode = plain_decode
     compile_s = None
@@ -270,7 +295,7 @@ def main():
         exact = None
         if args.exact:
             with torch.inference_mode():
-                exact = vae.decode(latent).sample.float()  # float32, eager, NCHW
+                exact = vae.decode(latent, **DECODE_KWARGS.get(case, lambda z: {})(latent)).sample.float()
         vae_run = vae.to(getattr(torch, args.dtype))  # the decodes' dtype (bf16 unless --dtype)
         if args.dtype == "float32":  # float32 means float32: no TF32 in the convolutions and matrix products
             torch.backends.cudnn.allow_tf32 = False
@@ -279,7 +304,7 @@ def main():
         first_out = None  # the case's first row's output: the others' "rel. L2 to the first row"
         for mode in modes:
             for layout in layouts:
-                row = run_row(torch, args, vae_run, latent, mode, layout, exact)
+                row = run_row(torch, args, vae_run, latent, mode, layout, exact, case)
                 out = row.pop("out")
                 if first_out is None:
                     first_out = out
