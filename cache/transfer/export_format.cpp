@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "cache/transfer/base64.hpp"
@@ -86,27 +88,30 @@ class Reader {
     if (!std::isfinite(x) || x < 0) fail(where + "." + name, "is not a finite non-negative number");
     return x;
   }
-  DType dtype(const json& object, const char* name, const std::string& where) const {
+  // A field holding one of an enum's names, read with its parser from base/names.hpp (`names` says which names
+  // are valid); where `absent` is given, a missing field reads as it.
+  template <typename Enum>
+  Enum named(const json& object, const char* name, const std::string& where,
+             std::optional<Enum> (*parse)(std::string_view), const char* names,
+             std::optional<Enum> absent = std::nullopt) const {
+    if (absent && object.is_object() && !object.contains(name)) return *absent;
     const std::string s = text(object, name, where);
-    const auto d = detail::dtype_from_name(s);
-    if (!d) fail(where + "." + name, "\"" + s + "\" is not bf16, fp16 or fp32");
-    return *d;
+    const std::optional<Enum> value = parse(s);
+    if (!value) fail(where + "." + name, "\"" + s + "\" is not " + names);
+    return *value;
+  }
+  DType dtype(const json& object, const char* name, const std::string& where) const {
+    return named(object, name, where, &detail::dtype_from_name, "bf16, fp16 or fp32");
   }
   // A key's layout or activation: absent in export files written before keys had them (format version 1),
   // where every entry was channels-first GroupNorm+SiLU; required from version 2.
   Layout layout(const json& object, const std::string& where, bool required) const {
-    if (!required && object.is_object() && !object.contains("layout")) return Layout::ChannelsFirst;
-    const std::string s = text(object, "layout", where);
-    const auto l = detail::layout_from_name(s);
-    if (!l) fail(where + ".layout", "\"" + s + "\" is not nchw or nhwc");
-    return *l;
+    return named(object, "layout", where, &detail::layout_from_name, "nchw or nhwc",
+                 required ? std::nullopt : std::optional(Layout::ChannelsFirst));
   }
   Activation activation(const json& object, const std::string& where, bool required) const {
-    if (!required && object.is_object() && !object.contains("activation")) return Activation::SiLU;
-    const std::string s = text(object, "activation", where);
-    const auto a = detail::activation_from_name(s);
-    if (!a) fail(where + ".activation", "\"" + s + "\" is not silu or none");
-    return *a;
+    return named(object, "activation", where, &detail::activation_from_name, "silu or none",
+                 required ? std::nullopt : std::optional(Activation::SiLU));
   }
   // What an entry was tuned on: "tuned_dims", "tuned_groups" and "path" where the file has them (written since
   // schema 4); otherwise (files written before) read once from "tuned_shape" and the key's size class.
@@ -124,10 +129,7 @@ class Reader {
       t.dims.push_back(d.get<int64_t>());
     }
     t.groups = integer(object, "tuned_groups", where, 0, kInt64Max);
-    const std::string p = text(object, "path", where);
-    const auto path = detail::path_from_name(p);
-    if (!path) fail(where + ".path", "\"" + p + "\" is not fused, split or auto");
-    t.path = *path;
+    t.path = named(object, "path", where, &detail::path_from_name, "fused, split or auto");
     return t;
   }
   LaunchConfig config(const json& object, const char* name, const std::string& where) const {

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _api
+from . import chunked as _chunked
 from . import torch as _gt
 
 __all__ = ["rows", "decode", "band_of", "gather_rows"]
@@ -126,20 +127,15 @@ def _with_rows(x, above, top, below, bottom, fill):
 def _conv_forward(conv, ranks, name, original, x):
     if ranks.whole:
         return original(x)
-    if not (conv.padding_mode == "zeros" and not isinstance(conv.padding, str) and conv.stride[-2] == 1):
+    if not _chunked._conv_plain(conv):
         raise ValueError(f"gnsilu.split: {name} ({conv}) is not a stride-1 (along the height), integer zero-padded "
                          "convolution: a band cannot compute it")
-    ph = conv.padding[-2]
-    reach = conv.dilation[-2] * (conv.kernel_size[-2] - 1)
+    ph, reach = _chunked._reach(conv)
     if reach == 0 and ph == 0:
         return original(x)
     top, bottom = ph, reach - ph
     above, below = ranks.halo(x, top, bottom, name)
-    slab = _with_rows(x, above, top, below, bottom, "zeros")
-    padding = list(conv.padding)
-    padding[-2] = 0
-    fn = F.conv2d if isinstance(conv, nn.Conv2d) else F.conv3d
-    return fn(slab, conv.weight, conv.bias, conv.stride, tuple(padding), conv.dilation, conv.groups)
+    return _chunked._conv_slab(conv, _with_rows(x, above, top, below, bottom, "zeros"))
 
 
 def _causal_forward(module, ranks, name, original, x):
@@ -147,8 +143,7 @@ def _causal_forward(module, ranks, name, original, x):
         return original(x)
     conv = module.conv
     pw_left, pw_right, ph_top, ph_bottom, pt, pt_back = module.time_causal_padding
-    if conv.stride[-2] != 1 or tuple(conv.padding) != (0, 0, 0) \
-            or conv.dilation[-2] * (conv.kernel_size[-2] - 1) != ph_top + ph_bottom:
+    if not _chunked._causal_plain(module) or _chunked._reach(conv)[1] != ph_top + ph_bottom:
         raise ValueError(f"gnsilu.split: {name} is not a stride-1 'same' causal convolution along the height")
     above, below = ranks.halo(x, ph_top, ph_bottom, name)
     slab = _with_rows(x, above, ph_top, below, ph_bottom, None)
