@@ -28,3 +28,6 @@ install(FILES $<TARGET_FILE:gnsilu>
         RENAME libgnsilu.so
         PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE
         COMPONENT python)
+
+# The version file, read by gnsilu/__init__.py (in a checkout it reads the repository's VERSION instead).
+install(FILES ${PROJECT_SOURCE_DIR}/VERSION DESTINATION gnsilu COMPONENT python)

@@ -14,7 +14,22 @@ import: $GNSILU_LIBRARY, else inside this package (where `pip install ./python` 
 repository's build/ folder, else the system loader.
 Errors are gnsilu.Error subclasses, one per status code of the C API, with the library's message.
 """
-__version__ = "0.1.0"
+import os as _os
+
+
+def _read_version():
+    """The version from the VERSION file: inside the package where the wheel put it, else the checkout's."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    for path in (_os.path.join(here, "VERSION"), _os.path.join(here, _os.pardir, _os.pardir, "VERSION")):
+        try:
+            with open(path) as f:
+                return f.readline().strip()
+        except OSError:
+            continue
+    return "unknown"
+
+
+__version__ = _read_version()
 
 from ._api import (STATS_WORDS, all_reduce_stats, check_device, group_norm, group_norm_apply, group_norm_silu, group_stats, layout_of,
                    library_path, merge_stats, release_workspaces, set_cache_paths, set_tune_policy, version,

@@ -536,8 +536,9 @@ class TestWithLibrary(unittest.TestCase):
             raise unittest.SkipTest("no libgnsilu.so: set GNSILU_LIBRARY or build the repository")
 
     def test_versions_agree(self):
-        with open(os.path.join(REPO, "CMakeLists.txt")) as f:
-            project_version = re.search(r"project\(gnsilu VERSION ([0-9.]+)", f.read()).group(1)
+        with open(os.path.join(REPO, "VERSION")) as f:
+            project_version = f.readline().strip()  # the one place (CMakeLists.txt and pyproject.toml read it)
+        self.assertRegex(project_version, r"^[0-9]+\.[0-9]+\.[0-9]+")
         self.assertEqual(gnsilu.version(), project_version)
         self.assertEqual(gnsilu.__version__, project_version)
 

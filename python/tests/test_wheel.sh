@@ -63,17 +63,18 @@ if [ -n "${GNSILU_WHEEL_DIR:-}" ]; then
   echo "test_wheel: copied to $GNSILU_WHEEL_DIR/$(basename "$wheel")"
 fi
 
-# The wheel's files: gnsilu/*.py, gnsilu/libgnsilu.so and gnsilu-VERSION.dist-info/, nothing else.
+# The wheel's files: gnsilu/*.py, gnsilu/libgnsilu.so, gnsilu/VERSION (the repository's, which __init__ reads) and
+# gnsilu-VERSION.dist-info/, nothing else.
 cat > "$tmp/contents.py" <<'PY'
 import os, sys, zipfile
 wheel, package = sys.argv[1], sys.argv[2]
 names = zipfile.ZipFile(wheel).namelist()
 modules = sorted(f"gnsilu/{n}" for n in os.listdir(package) if n.endswith(".py"))
 files = sorted(n for n in names if not (n.startswith("gnsilu-") and ".dist-info/" in n))
-expected = sorted(modules + ["gnsilu/libgnsilu.so"])
+expected = sorted(modules + ["gnsilu/libgnsilu.so", "gnsilu/VERSION"])
 if files != expected:
     sys.exit(f"test_wheel: the wheel holds {files}, expected {expected}")
-print(f"test_wheel: the wheel holds {len(modules)} modules, gnsilu/libgnsilu.so and "
+print(f"test_wheel: the wheel holds {len(modules)} modules, gnsilu/libgnsilu.so, gnsilu/VERSION and "
       f"{len(names) - len(files)} metadata files")
 PY
 "$python" "$tmp/contents.py" "$wheel" "$repo/python/gnsilu" || fail "the wheel's contents"
@@ -122,6 +123,10 @@ if os.path.realpath(path) != os.path.join(site, "gnsilu", "libgnsilu.so"):
 print("test_wheel: gnsilu.version():", gnsilu.version(), "gnsilu.__version__:", gnsilu.__version__)
 if gnsilu.version() != gnsilu.__version__:
     sys.exit("test_wheel: the library's version is not the package's")
+import importlib.metadata
+if importlib.metadata.version("gnsilu") != gnsilu.__version__:
+    sys.exit(f"test_wheel: the wheel's metadata says {importlib.metadata.version('gnsilu')}, the package "
+             f"{gnsilu.__version__}")
 
 
 class FakeDeviceArray:
