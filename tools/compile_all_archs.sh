@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every kernel variant for every architecture this NVRTC offers from sm_75 up (12 with CUDA 13.0), with no spills
-# and no stack frame, and every sibling of a ptxas class (tests/test_compile.cpp, kArchClasses) with the same
+# and no stack frame, and every sibling of a ptxas class (tests/kernels/test_compile.cpp, kArchClasses) with the same
 # registers, stack and spills per kernel as its class's representative. CI compiles the representatives only; run
 # this after any change under kernels/ or to the candidate configurations (CONTRIBUTING.md), and report its result
 # in the issue note. About 40 minutes on 2 cores without remembered passes.

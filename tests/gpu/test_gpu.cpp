@@ -783,7 +783,7 @@ int main(int argc, char** argv) {
 
 TEST_CASE("regions: group_stats writes the reference's records, and group_norm_apply of their sum gives the whole "
           "call's bits") {
-  // The GPU side of tests/test_regions.cpp: each region of a random partition of the spatial box, uploaded as a
+  // The GPU side of tests/api/test_regions.cpp: each region of a random partition of the spatial box, uploaded as a
   // tensor of its own, gives the CPU reference's records word for word (both normalized); their sum applied to the
   // whole tensor gives group_norm_silu's bits, and applied to a region, that region's part of them.
   std::mt19937_64 random(41);

@@ -401,7 +401,7 @@ TEST_CASE("every kernel variant compiles without spills for the architectures un
                     << " of " << rep.size() << " kernels differ");
       for (std::size_t i = 0; i < std::min<std::size_t>(differences.size(), 20); ++i) FAIL_CHECK(differences[i]);
       CHECK_MESSAGE(differences.empty(), "sm_" << sibling << " is not in sm_" << c.representative
-                                                << "'s ptxas class: change kArchClasses in tests/test_compile.cpp");
+                                                << "'s ptxas class: change kArchClasses in tests/kernels/test_compile.cpp");
     }
   }
 }
