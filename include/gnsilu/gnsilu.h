@@ -111,18 +111,24 @@ typedef struct gnsilu_problem {
   gnsilu_activation activation; /* GNSILU_ACTIVATION_SILU (0) or GNSILU_ACTIVATION_NONE */
 } gnsilu_problem;
 
-/* Zeroes *problem and sets struct_size, num_groups 32, eps 1e-6, BF16 x and y and FP32 weight and bias dtypes
- * (channels-first layouts, SiLU: the zero values). Inline, so struct_size is the caller's own sizeof. */
+/* The defaults of a problem (gnsilu_problem_init here, gnsilu::Problem in gnsilu.hpp): the group count and eps of
+ * the VAEs' GroupNorms. */
+#define GNSILU_DEFAULT_NUM_GROUPS 32
+#define GNSILU_DEFAULT_EPS 1e-6
+
+/* Zeroes *problem and sets struct_size, num_groups GNSILU_DEFAULT_NUM_GROUPS (32), eps GNSILU_DEFAULT_EPS (1e-6), BF16
+ * x and y and FP32 weight and bias dtypes (channels-first layouts, SiLU: the zero values). Inline, so struct_size is
+ * the caller's own sizeof. */
 static inline void gnsilu_problem_init(gnsilu_problem* problem) {
   unsigned char* bytes = (unsigned char*)problem;
   for (size_t i = 0; i < sizeof(gnsilu_problem); ++i) bytes[i] = 0;
   problem->struct_size = sizeof(gnsilu_problem);
   problem->x_dtype = GNSILU_BF16;
   problem->y_dtype = GNSILU_BF16;
-  problem->num_groups = 32;
+  problem->num_groups = GNSILU_DEFAULT_NUM_GROUPS;
   problem->weight_dtype = GNSILU_FP32;
   problem->bias_dtype = GNSILU_FP32;
-  problem->eps = 1e-6;
+  problem->eps = GNSILU_DEFAULT_EPS;
 }
 
 /* Computes y = silu(group_norm(x)) (or group_norm(x) with GNSILU_ACTIVATION_NONE) on `stream`, asynchronously,

@@ -90,12 +90,12 @@ struct Problem {
   void* y = nullptr;
   DType y_dtype = DType::BF16;
   std::span<const int64_t> shape;
-  int64_t num_groups = 32;
+  int64_t num_groups = GNSILU_DEFAULT_NUM_GROUPS;  // 32 (gnsilu.h: the defaults, written once)
   const void* weight = nullptr;  // C values, or null (weight 1)
   DType weight_dtype = DType::FP32;
   const void* bias = nullptr;    // C values, or null (bias 0)
   DType bias_dtype = DType::FP32;
-  double eps = 1e-6;
+  double eps = GNSILU_DEFAULT_EPS;  // 1e-6
   Layout x_layout = Layout::ChannelsFirst;
   Layout y_layout = Layout::ChannelsFirst;
   Activation activation = Activation::SiLU;

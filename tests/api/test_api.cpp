@@ -302,3 +302,15 @@ TEST_CASE("gnsilu_problem_workspace_size agrees with gnsilu_workspace_size for e
   CHECK(gnsilu_problem_workspace_size(nullptr, nullptr) == GNSILU_ERROR_INVALID_ARGUMENT);
   CHECK(mentions("'problem'"));
 }
+
+TEST_CASE("a problem's defaults are written once: the C init and the C++ Problem agree") {
+  gnsilu_problem c;
+  gnsilu_problem_init(&c);
+  const gnsilu::Problem cpp;
+  CHECK(c.num_groups == GNSILU_DEFAULT_NUM_GROUPS);
+  CHECK(c.eps == GNSILU_DEFAULT_EPS);
+  CHECK(cpp.num_groups == c.num_groups);
+  CHECK(cpp.eps == c.eps);
+  CHECK(cpp.num_groups == 32);
+  CHECK(cpp.eps == 1e-6);
+}
