@@ -49,7 +49,7 @@ def main():
     import torch.nn.functional as F
     import gnsilu
     import gnsilu.torch as gt
-    from gnsilu import _api, _lib
+    from gnsilu import _lib, _torch_adapter
     if not torch.cuda.is_available():
         print("bench_host: no CUDA device")
         return 77
@@ -76,7 +76,7 @@ def main():
         # by a no-op (the Python around it), and two PyTorch pieces for scale.
         with torch.inference_mode():
             gnsilu.group_norm_silu(x, args.groups, weight, bias, 1e-6)  # fills the fast path's entry
-        entry = next(e for k, e in _api._fast_calls.items() if k[1] == x.shape and k[2] == x.stride())
+        entry = next(e for k, e in _torch_adapter._fast_calls.items() if k[1] == x.shape and k[2] == x.stride())
         y = torch.empty_like(x)
         problem = _lib.Problem.from_buffer_copy(entry.template)
         problem.x, problem.y, problem.weight, problem.bias = x.data_ptr(), y.data_ptr(), weight.data_ptr(), \

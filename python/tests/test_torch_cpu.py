@@ -38,7 +38,7 @@ except ImportError:
     torch = None
 
 import gnsilu  # noqa: E402
-from gnsilu import _api, _lib  # noqa: E402
+from gnsilu import _api, _lib, _torch_adapter  # noqa: E402
 
 if torch is not None:
     import gnsilu.torch as gt
@@ -359,8 +359,8 @@ class TestFastPath(unittest.TestCase):
                 mock.patch.object(torch.cuda, "device", lambda device: contextlib.nullcontext()), \
                 mock.patch.object(torch.cuda, "current_stream", lambda device=None: stream), \
                 mock.patch.object(torch.cuda, "current_device", lambda: None), \
-                mock.patch.object(_api, "_raw_stream", lambda torch: (lambda index: 0x5150)), \
-                mock.patch.object(_api, "_fast_calls", {}), \
+                mock.patch.object(_torch_adapter, "_raw_stream", lambda torch: (lambda index: 0x5150)), \
+                mock.patch.object(_torch_adapter, "_fast_calls", {}), \
                 mock.patch.object(_lib, "call", call), mock.patch.object(_lib, "library", lambda: (library, "")):
             yield checked, fast
 
@@ -636,7 +636,7 @@ class TestTorchOnCPU(unittest.TestCase):
         with mock.patch.object(torch.Tensor, "is_cuda", True), \
                 mock.patch.object(torch.cuda, "device", lambda device: contextlib.nullcontext()), \
                 mock.patch.object(torch.cuda, "current_stream", lambda device=None: stream), \
-                mock.patch.object(_lib, "call", recorder), mock.patch.object(_api, "_FAST_LIMIT", 0):
+                mock.patch.object(_lib, "call", recorder), mock.patch.object(_torch_adapter, "_FAST_LIMIT", 0):
             yield recorder
 
     def test_torch_path_with_cuda_pretended(self):
