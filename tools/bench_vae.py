@@ -54,6 +54,11 @@ VIDEO_CASES = {
     "svd": ("AutoencoderKLTemporalDecoder", (4, 4, 32, 32)),
 }
 DECODE_KWARGS = {"svd": lambda latent: {"num_frames": latent.shape[0]}}  # decode(z, **kwargs)
+
+
+def decode_kwargs(case, latent):
+    """What a case's decode takes besides the latent (DECODE_KWARGS)."""
+    return DECODE_KWARGS[case](latent) if case in DECODE_KWARGS else {}
 CATEGORIES = ["conv", "transpose", "groupnorm", "gnsilu", "attention", "gemm", "elementwise", "other"]
 # Kernel names (lower case) to categories, first match wins.
 PATTERNS = [
@@ -196,7 +201,7 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
     model = model_in_layout(torch, model, layout)
     z = in_layout(torch, latent.to(getattr(torch, args.dtype)), layout)
 
-    extra = DECODE_KWARGS.get(case, lambda latent: {})(latent)
+    extra = decode_kwargs(case, latent)
 
     def plain_decode(value):
         if "+slabs" in mode:  # whole activations, convolutions and upsamplers in slabs of rows (gnsilu.chunked)
@@ -295,7 +300,7 @@ def main():
         exact = None
         if args.exact:
             with torch.inference_mode():
-                exact = vae.decode(latent, **DECODE_KWARGS.get(case, lambda z: {})(latent)).sample.float()
+                exact = vae.decode(latent, **decode_kwargs(case, latent)).sample.float()
         vae_run = vae.to(getattr(torch, args.dtype))  # the decodes' dtype (bf16 unless --dtype)
         if args.dtype == "float32":  # float32 means float32: no TF32 in the convolutions and matrix products
             torch.backends.cudnn.allow_tf32 = False

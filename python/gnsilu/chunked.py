@@ -262,13 +262,13 @@ def _resnet_forward(block, max_bytes, original, input_tensor, temb=None, *args, 
                            f"({hidden.dtype}, strides {hidden.stride()})")
     stats2 = _api.group_stats(hidden, block.norm2.num_groups)
     ph2, reach2 = _reach(conv2)
+    ps, reach_s = _reach(shortcut) if shortcut is not None else (0, 0)
 
     def produce(r0, r1):
         h = _conv_slab(conv2, _normalized_rows(hidden, stats2, block.norm2, r0 - ph2, r1 - ph2 + reach2))
         if shortcut is None:
             residual = x[..., r0:r1, :]
         else:
-            ps, reach_s = _reach(shortcut)
             residual = _conv_rows(shortcut, x, r0 - ps, r1 - ps + reach_s, ps)
         return (residual + h) / block.output_scale_factor
 
@@ -276,32 +276,35 @@ def _resnet_forward(block, max_bytes, original, input_tensor, temb=None, *args, 
 
 
 def _kinds():
-    """(class, plain(module), forward) for each module kind slabs take; diffusers' kinds when it is installed."""
+    """(class, plain(module), forward, submodules taken too) for each module kind slabs take; diffusers' kinds when
+    it is installed. A kind whose slabs call its submodules on small inputs (an upsampler's convolution) leaves
+    them their own forward; a resnet block's slabs call none of its submodules (F.conv2d on their weights), so they
+    are taken too and serve the calls that the block hands to its own forward."""
     kinds = []
     try:
         from diffusers.models.resnet import ResnetBlock2D
-        kinds.append((ResnetBlock2D, _resnet_plain, _resnet_forward))
+        kinds.append((ResnetBlock2D, _resnet_plain, _resnet_forward, True))
     except ImportError:
         pass
     try:
         from diffusers.models.upsampling import Upsample2D
-        kinds.append((Upsample2D, _upsample2d_plain, _upsample2d_forward))
+        kinds.append((Upsample2D, _upsample2d_plain, _upsample2d_forward, False))
     except ImportError:
         pass
     try:
         from diffusers.models.autoencoders.autoencoder_kl_hunyuan_video import (HunyuanVideoCausalConv3d,
                                                                                  HunyuanVideoUpsampleCausal3D)
-        kinds.append((HunyuanVideoUpsampleCausal3D, _hunyuan_upsample_plain, _hunyuan_upsample_forward))
-        kinds.append((HunyuanVideoCausalConv3d, _causal_plain, _causal_forward))
+        kinds.append((HunyuanVideoUpsampleCausal3D, _hunyuan_upsample_plain, _hunyuan_upsample_forward, False))
+        kinds.append((HunyuanVideoCausalConv3d, _causal_plain, _causal_forward, False))
     except ImportError:
         pass
-    kinds.append(((nn.Conv2d, nn.Conv3d), _conv_plain, _conv_forward))
+    kinds.append(((nn.Conv2d, nn.Conv3d), _conv_plain, _conv_forward, False))
     return kinds
 
 
 def slab_rows(module):
     """Whether slabs() takes this module (and so runs it in slabs of rows when its output is large)."""
-    return any(isinstance(module, cls) and plain(module) for cls, plain, _ in _kinds())
+    return any(isinstance(module, cls) and plain(module) for cls, plain, _, _ in _kinds())
 
 
 @contextlib.contextmanager
@@ -313,19 +316,16 @@ def slabs(module, max_bytes=256 << 20):
         raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
     kinds = _kinds()
     patched = []
-    # A module inside one already taken (the convolution of an upsampler) keeps its forward: the outer slabs
-    # call it on small inputs. A resnet block's modules are taken too: its slabs call none of them (F.conv2d on
-    # their weights), and they serve the calls that the block hands to its own forward.
-    inner = set()
+    inner = set()  # submodules of a module taken whose kind leaves them their own forward (_kinds)
     for m in module.modules():
         if id(m) in inner:
             continue
-        for cls, plain, forward in kinds:
+        for cls, plain, forward, submodules_taken in kinds:
             if isinstance(m, cls) and plain(m):
                 original = m.forward
                 m.forward = functools.partial(forward, m, max_bytes, original)
                 patched.append(m)
-                if forward is not _resnet_forward:
+                if not submodules_taken:
                     inner.update(id(c) for c in m.modules() if c is not m)
                 break
     try:

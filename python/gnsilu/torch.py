@@ -412,13 +412,7 @@ class FrameGroupNorm(nn.Module):
 
     def forward(self, input):
         if getattr(self, "_gnsilu_silu_function", False):  # proven to go straight into F.silu(...)
-            applied = []
-
-            def norm(x):
-                output, silu = _norm_before_silu_function(self.norm_layer, x)
-                applied.append(silu)
-                return output
-            return _handed_to_silu_function(_frames_forward(norm, input, type(self).__name__), applied[0])
+            return _frames_before_silu_function(self.norm_layer, input, type(self).__name__, contiguous=False)
         output = _frames_forward(self.norm_layer, input, type(self).__name__)
         for act in getattr(self, "_gnsilu_acts", ()):
             setattr(act, _HANDOFF, output)
@@ -437,6 +431,19 @@ def _frames_forward(norm, input, name):
     return norm(x).unflatten(0, (batch, frames)).transpose(1, 2)
 
 
+def _frames_before_silu_function(norm, input, name, contiguous):
+    """_frames_forward with `norm` (a GroupNorm-like module) run as _norm_before_silu_function runs it, the output
+    (contiguous if asked) marked for F.silu to pass through where SiLU was applied."""
+    applied = []
+
+    def run(x):
+        output, silu = _norm_before_silu_function(norm, x)
+        applied.append(silu)
+        return output
+    output = _frames_forward(run, input, name)
+    return _handed_to_silu_function(output.contiguous() if contiguous else output, applied[0])
+
+
 class FrameGroupNormContiguous(GroupNorm):
     """gnsilu's GroupNorm of each frame of a (B, C, T, H, W) input apart, its output contiguous: what diffusers'
     MiniMaxH3VideoGroupNorm (an nn.GroupNorm subclass: permute, contiguous, GroupNorm of the B*T frames, permute,
@@ -445,14 +452,7 @@ class FrameGroupNormContiguous(GroupNorm):
 
     def forward(self, input):
         if getattr(self, "_gnsilu_silu_function", False):  # proven to go straight into F.silu(...)
-            applied = []
-
-            def norm(x):
-                output, silu = _norm_before_silu_function(self, x)
-                applied.append(silu)
-                return output
-            output = _frames_forward(norm, input, type(self).__name__).contiguous()
-            return _handed_to_silu_function(output, applied[0])
+            return _frames_before_silu_function(self, input, type(self).__name__, contiguous=True)
         return _frames_forward(super().forward, input, type(self).__name__).contiguous()
 
 

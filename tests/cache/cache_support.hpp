@@ -1,15 +1,35 @@
-// What the cache tests (tests/cache/test_*.cpp, one executable: test_cache) build on: a key, an entry with
-// fractional times and a large tuned shape (so that round trips of every field show), and a populated file.
+// What the cache tests (tests/cache/test_*.cpp, one executable: test_cache) build on: the headers they use, a key, an
+// entry with fractional times and a large tuned shape (so that round trips of every field show), and a populated
+// file. Included by those six files only, so it also brings their names into scope (the using lines at the end).
 #pragma once
 
 #include <doctest/doctest.h>
+#include <sqlite3.h>
+#include <sys/resource.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <SQLiteCpp/SQLiteCpp.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <sys/stat.h>
 
-#include <cstdint>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "base/log.hpp"
+#include "cache/cache.hpp"
+#include "cache/lease.hpp"
 #include "cache/store.hpp"
 #include "cache_samples.hpp"
 #include "temp_dir.hpp"
@@ -52,3 +72,10 @@ inline std::string populated(const TempDir& dir, const std::string& name, int en
 }
 
 }  // namespace cache_tests
+
+using namespace gnsilu::cache;  // the six test files' shared scope
+using namespace cache_tests;
+namespace fs = std::filesystem;
+using testing::read_bytes;
+using testing::TempDir;
+using testing::write_bytes;

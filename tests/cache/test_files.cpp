@@ -1,40 +1,6 @@
 // The user and shared cache files: layering (the user file wins, shared files in order, writes to the user
 // file), read-only layers, size classes and the settings from the environment.
-#include <doctest/doctest.h>
-#include <sqlite3.h>
-#include <sys/resource.h>
-#include <poll.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <SQLiteCpp/SQLiteCpp.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <sys/stat.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <csignal>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <random>
-#include <sstream>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include "cache/cache.hpp"
-#include "cache/lease.hpp"
-#include "base/log.hpp"
 #include "cache/cache_support.hpp"
-
-using namespace gnsilu::cache;
-using namespace cache_tests;
-namespace fs = std::filesystem;
-using testing::TempDir;
-using testing::read_bytes;
-using testing::write_bytes;
 
 TEST_CASE("read-only layers are read, never written") {
   TempDir dir("cache-test");

@@ -1,40 +1,6 @@
 // Leases: one owner at a time, holders' identity and liveness, takeover of dead or silent holders, heartbeats,
 // processes killed with SIGKILL mid-write, and eight processes on one file.
-#include <doctest/doctest.h>
-#include <sqlite3.h>
-#include <sys/resource.h>
-#include <poll.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <SQLiteCpp/SQLiteCpp.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <sys/stat.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <csignal>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <random>
-#include <sstream>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include "cache/cache.hpp"
-#include "cache/lease.hpp"
-#include "base/log.hpp"
 #include "cache/cache_support.hpp"
-
-using namespace gnsilu::cache;
-using namespace cache_tests;
-namespace fs = std::filesystem;
-using testing::TempDir;
-using testing::read_bytes;
-using testing::write_bytes;
 
 TEST_CASE("leases: one owner at a time, until released or expired") {
   TempDir dir("cache-test");

@@ -1,41 +1,7 @@
 // The cache schema: a new file gets the current one, older ones are migrated with their rows kept (2 -> 3 -> 4;
 // layout and activation became key columns), newer ones are left alone, an older read-only file is read through a
 // copy.
-#include <doctest/doctest.h>
-#include <sqlite3.h>
-#include <sys/resource.h>
-#include <poll.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <SQLiteCpp/SQLiteCpp.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <sys/stat.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <csignal>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <random>
-#include <sstream>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include "cache/cache.hpp"
-#include "cache/lease.hpp"
-#include "base/log.hpp"
 #include "cache/cache_support.hpp"
-
-using namespace gnsilu::cache;
-using namespace cache_tests;
-namespace fs = std::filesystem;
-using testing::TempDir;
-using testing::read_bytes;
-using testing::write_bytes;
 
 TEST_CASE("an older schema is migrated with its rows kept; a newer one is left alone") {
   TempDir dir("cache-test");

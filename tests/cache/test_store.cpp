@@ -1,40 +1,6 @@
 // The cache store without a GPU: entries and kernels round-trip, every key field separates entries, shapes as
 // text, keys no name stands for.
-#include <doctest/doctest.h>
-#include <sqlite3.h>
-#include <sys/resource.h>
-#include <poll.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <SQLiteCpp/SQLiteCpp.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <sys/stat.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <csignal>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <random>
-#include <sstream>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include "cache/cache.hpp"
-#include "cache/lease.hpp"
-#include "base/log.hpp"
 #include "cache/cache_support.hpp"
-
-using namespace gnsilu::cache;
-using namespace cache_tests;
-namespace fs = std::filesystem;
-using testing::TempDir;
-using testing::read_bytes;
-using testing::write_bytes;
 
 TEST_CASE("a new file gets the current schema; entries and kernels round-trip") {
   TempDir dir("cache-test");

@@ -1,40 +1,6 @@
 // Which cache files may give kernels (files anyone else could write give tuning entries only), and the
 // permissions of a new cache file and folder.
-#include <doctest/doctest.h>
-#include <sqlite3.h>
-#include <sys/resource.h>
-#include <poll.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <SQLiteCpp/SQLiteCpp.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <sys/stat.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <csignal>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <random>
-#include <sstream>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include "cache/cache.hpp"
-#include "cache/lease.hpp"
-#include "base/log.hpp"
 #include "cache/cache_support.hpp"
-
-using namespace gnsilu::cache;
-using namespace cache_tests;
-namespace fs = std::filesystem;
-using testing::TempDir;
-using testing::read_bytes;
-using testing::write_bytes;
 
 // The library's log lines while it lives (an extra sink on gnsilu's logger).
 class CapturedLog {
