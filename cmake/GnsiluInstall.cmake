@@ -1,7 +1,7 @@
 # Installation rules: the public headers, libgnsilu.so, the tools, the CMake package (find_package(gnsilu CONFIG)
 # giving gnsilu::gnsilu) and CPack. Included at the end of the top-level CMakeLists.txt.
 #
-# Components: Runtime (libgnsilu.so.0 and libgnsilu.so.0.1.0, the tools) and Development (the libgnsilu.so
+# Components: Runtime (libgnsilu.so.0 and libgnsilu.so.0.2.0, the tools) and Development (the libgnsilu.so
 # namelink, the headers, the CMake files): `cmake --install build --component Runtime` installs what an
 # application needs at run time only.
 include(GNUInstallDirs)
@@ -38,7 +38,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/gnsilu/
         COMPONENT Development
         FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
 
-# ---- the library (libgnsilu.so -> libgnsilu.so.0 -> libgnsilu.so.0.1.0) --------------------------------------
+# ---- the library (libgnsilu.so -> libgnsilu.so.0 -> libgnsilu.so.0.2.0) --------------------------------------
 install(TARGETS gnsilu
         EXPORT gnsilu-targets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT Runtime NAMELINK_COMPONENT Development

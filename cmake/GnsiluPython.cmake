@@ -3,7 +3,7 @@
 # are all it gets (the `cmake --install` rules of cmake/GnsiluInstall.cmake are in other components and stay out).
 #
 # The wheel holds the package python/gnsilu (copied by scikit-build-core) and, next to its _lib.py, the library
-# under the name the loader looks for: gnsilu/libgnsilu.so. One plain file, not libgnsilu.so.0.1.0 with symbolic
+# under the name the loader looks for: gnsilu/libgnsilu.so. One plain file, not libgnsilu.so.0.2.0 with symbolic
 # links (wheels have none): its SONAME stays libgnsilu.so.0, which does not matter when it is loaded by its path.
 #
 # Where it finds libnvrtc.so.<major> (libsqlite3.so.0 comes from the system, libcuda.so.1 is dlopen'ed), its

@@ -19,7 +19,7 @@
 // NaN and Inf are counted apart (nonfinite); a group holding one has NaN statistics, as before.
 //
 // Used by the statistics kernels (kernels/group_norm_silu.cu: reduce_chunk writes chunk records, merged_group_stats
-// merges them) and by the CPU reference (src/api/reference.cpp: element by element); tests/test_exact.cpp checks
+// merges them) and by the CPU reference (src/api/reference.cpp: element by element); tests/kernels/test_exact.cpp checks
 // the arithmetic on the CPU. docs/EXACT_STATISTICS.md explains the design.
 #pragma once
 

@@ -301,6 +301,60 @@ GNSILU_HD double load_parameter(const void* p, int dtype, i64 i, double fallback
   return static_cast<double>(static_cast<const float*>(p)[i]);
 }
 
+// ---- padded output: y is the output with a border on the last three spatial dimensions -------------------
+// (PyTorch's F.pad(y, ...) of the unpadded output, written by the same launch.) A position of a channel's padded
+// spatial block reads the element of x it shows: itself inside, the nearest edge element for replicate padding;
+// a constant border reads nothing. Dimensions before the last three (and absent ones, of size 1) are not padded.
+enum : int { kPadNone = 0, kPadConstant = 1, kPadReplicate = 2 };
+struct Padding {
+  i64 dims[3];      // x's last three spatial sizes, outermost first (1 for a dimension x does not have)
+  i64 before[3];    // elements added before and after each of them
+  i64 after[3];
+  i64 out_dims[3];  // dims + before + after
+  i64 out_s;        // padded spatial elements per channel (the leading spatial dimensions times out_dims)
+  int mode;         // kPadNone, kPadConstant (the border is `value`) or kPadReplicate
+  float value;      // the constant border, before its rounding to y's dtype
+};
+// Whether output line `line` (the out_dims[2] positions of one (outer, d', h'), 0 <= line < out_s / out_dims[2])
+// shows a line of x, which is then line *source (its first element at *source * dims[2] of x's channel); false
+// where the line lies on a constant border. A shown line's positions show x's elements clamped (replicate) or, on
+// a constant border, none (padded_source).
+GNSILU_HD bool padded_line(const Padding& pad, i64 line, i64& source) {
+  const i64 h_out = line % pad.out_dims[1];
+  const i64 rest = line / pad.out_dims[1];
+  const i64 d_out = rest % pad.out_dims[0];
+  const i64 outer = rest / pad.out_dims[0];
+  i64 d = d_out - pad.before[0], h = h_out - pad.before[1];
+  const bool inside = d >= 0 && d < pad.dims[0] && h >= 0 && h < pad.dims[1];
+  if (!inside && pad.mode != kPadReplicate) return false;
+  d = d < 0 ? 0 : (d >= pad.dims[0] ? pad.dims[0] - 1 : d);
+  h = h < 0 ? 0 : (h >= pad.dims[1] ? pad.dims[1] - 1 : h);
+  source = (outer * pad.dims[0] + d) * pad.dims[1] + h;
+  return true;
+}
+// Whether padded position q (0 <= q < out_s) shows an element of x, which is then at position *source of x's
+// channel; false for the constant border.
+GNSILU_HD bool padded_source(const Padding& pad, i64 q, i64& source) {
+  i64 coordinate[3];
+  i64 outer = q;
+  for (int d = 2; d >= 0; --d) {
+    const i64 next = outer / pad.out_dims[d];
+    coordinate[d] = outer - next * pad.out_dims[d] - pad.before[d];
+    outer = next;
+  }
+  i64 at = outer;
+  for (int d = 0; d < 3; ++d) {
+    i64 k = coordinate[d];
+    if (k < 0 || k >= pad.dims[d]) {
+      if (pad.mode != kPadReplicate) return false;
+      k = k < 0 ? 0 : pad.dims[d] - 1;
+    }
+    at = at * pad.dims[d] + k;
+  }
+  source = at;
+  return true;
+}
+
 // ---- chunk geometry: how the kernels share out a group (no part of the definition of the result) ------------
 // Channels per chunk: 1 when S > 512 (a chunk is a run of one channel's positions), else floor(1024 / S).
 GNSILU_HD i64 chunk_channels(i64 s) { return s > kChunk / 2 || s < 1 ? 1 : kChunk / s; }

@@ -2,6 +2,8 @@
 // layout is the same on both sides (plain 64-bit fields and pointers, LP64 on both).
 #pragma once
 
+#include "gnsilu_math.cuh"  // math::Padding
+
 namespace gnsilu {
 namespace kernel {
 
@@ -9,6 +11,9 @@ namespace kernel {
 // in shared memory. The host's fused_eligible (src/runtime/plan.cpp) and the kernel read these two alone.
 inline constexpr int kFusedMaxChunks = 64;     // chunks of 1024 elements: groups of at most 64 Ki elements
 inline constexpr int kFusedMaxChannels = 256;  // channels per group
+
+// apply_padded: elements a lane holds at a time (channels-last: a warp takes slices of 32 kPadPerLane channels).
+inline constexpr int kPadPerLane = 4;
 
 // finalize's stats_mode (Params::stats_mode).
 inline constexpr int kStatsOwn = 0;
@@ -59,6 +64,9 @@ struct Params {
   int cl_tx;             // channels-last apply: threads across columns,
   int cl_ty;             //   and along pixels (cl_tx * cl_ty <= threads per block)
   int cl_fused_width;    // channels-last fused kernel: channels per vector (8, 4 or 1)
+  math::Padding pad;     // apply_padded: y's border (mode kPadNone: y has x's shape, apply_padded is not launched)
+  int pad_channels_last; // apply_padded: y (and x) channels-last; x's two layouts are then the same memory or
+                         // x's layout is y's
   int stats_mode;        // finalize: 0 the group's statistics from its chunk records, into row constants; 1 the same
                          // statistics written to group_stats instead (no rows); 2 rows from group_stats (no records)
 };

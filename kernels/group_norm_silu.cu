@@ -1233,6 +1233,110 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Par
   }
 }
 
+// y with a border (Params::pad), after finalize. The padded output is cut into lines: the W' positions of one
+// (outer, d', h') of the last three spatial dimensions, which all show one line of x (math::padded_line) or, on a
+// constant border, none. An element inside, or on a replicate border, is y of the element of x it shows, computed as
+// apply computes it (transform_values with its row's constants), so the border holds F.pad's copy of the unpadded
+// output's bits; a constant border is the value rounded to y's dtype. Channel-major (p.pad_channels_last 0): a warp
+// per line of one (sample, channel), lanes across W' (consecutive elements), kPadPerLane at a time. Channels-last: a
+// warp per (sample, line, slice of 32 kPadPerLane channels), each lane keeping its channels' constants in registers
+// and walking the W' pixels. x's layout is y's here (or x's two layouts are one memory). kPadPerLane:
+// gnsilu_params.cuh.
+
+template <int XT, int YT, int ACT>
+__device__ __forceinline__ void padded_values(float (&v)[kPadPerLane], const bool (&shows)[kPadPerLane],
+                                              const RowConstants (&rc)[kPadPerLane], float border) {
+  float x[kPadPerLane];
+#pragma unroll
+  for (int k = 0; k < kPadPerLane; ++k) x[k] = v[k];
+  transform_values<YT, ACT, false>(v, [&](int k) -> const RowConstants& { return rc[k]; },
+                                   [&](int k) { return x[k]; });
+#pragma unroll
+  for (int k = 0; k < kPadPerLane; ++k) v[k] = shows[k] ? v[k] : border;
+}
+
+template <int XT, int YT, int ACT>
+__global__ void __launch_bounds__(256) apply_padded(const Params p) {
+  wait_for_previous_kernel();
+  const math::Padding& pad = p.pad;
+  const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
+  const int lane = threadIdx.x & 31;
+  const i64 warps = static_cast<i64>(gridDim.x) * (blockDim.x / 32);
+  const i64 first = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const i64 width = pad.dims[2], out_width = pad.out_dims[2], before = pad.before[2];
+  const i64 lines = pad.out_s / out_width;  // output lines per (sample, channel)
+  constexpr int kSpan = 32 * kPadPerLane;
+  if (!p.pad_channels_last) {
+    for (i64 item = first; item < p.n * p.c * lines; item += warps) {
+      i64 row, line, source = 0;
+      divide(item, lines, row, line);
+      const bool shown = padded_line(pad, line, source);
+      const i64 x_line = row * p.s + source * width;
+      const i64 y_line = item * out_width;
+      RowConstants rc[kPadPerLane];
+      if (shown) {
+        const RowConstants one = rows[row];
+#pragma unroll
+        for (int k = 0; k < kPadPerLane; ++k) rc[k] = one;
+      }
+      for (i64 base = 0; base < out_width; base += kSpan) {
+        float v[kPadPerLane];
+        bool shows[kPadPerLane];
+#pragma unroll
+        for (int k = 0; k < kPadPerLane; ++k) {
+          const i64 at = base + lane + 32 * k;
+          i64 w = at - before;
+          shows[k] = shown && at < out_width && (pad.mode == kPadReplicate || (w >= 0 && w < width));
+          w = w < 0 ? 0 : (w >= width ? width - 1 : w);
+          v[k] = shows[k] ? load_element<XT>(p.x, x_line + w) : 0.0f;
+        }
+        if (shown) padded_values<XT, YT, ACT>(v, shows, rc, pad.value);
+#pragma unroll
+        for (int k = 0; k < kPadPerLane; ++k) {
+          const i64 at = base + lane + 32 * k;
+          if (at < out_width) store_element<YT>(p.y, y_line + at, shows[k] ? v[k] : pad.value);
+        }
+      }
+    }
+  } else {
+    const i64 slices = (p.c + kSpan - 1) / kSpan;
+    for (i64 item = first; item < p.n * lines * slices; item += warps) {
+      i64 key, slice, sample, line, source = 0;
+      divide(item, slices, key, slice);
+      divide(key, lines, sample, line);
+      const bool shown = padded_line(pad, line, source);
+      RowConstants rc[kPadPerLane];
+      bool has[kPadPerLane];
+#pragma unroll
+      for (int k = 0; k < kPadPerLane; ++k) {
+        const i64 channel = slice * kSpan + lane + 32 * k;
+        has[k] = channel < p.c;
+        if (shown && has[k]) rc[k] = rows[sample * p.c + channel];
+      }
+      const i64 x_line = (sample * p.s + source * width) * p.c + slice * kSpan + lane;
+      const i64 y_line = (sample * pad.out_s + line * out_width) * p.c + slice * kSpan + lane;
+      for (i64 at = 0; at < out_width; ++at) {
+        i64 w = at - before;
+        const bool inside = w >= 0 && w < width;
+        const bool pixel_shown = shown && (pad.mode == kPadReplicate || inside);
+        w = w < 0 ? 0 : (w >= width ? width - 1 : w);
+        float v[kPadPerLane];
+        bool shows[kPadPerLane];
+#pragma unroll
+        for (int k = 0; k < kPadPerLane; ++k) {
+          shows[k] = pixel_shown && has[k];
+          v[k] = shows[k] ? load_element<XT>(p.x, x_line + w * p.c + 32 * k) : 0.0f;
+        }
+        if (pixel_shown) padded_values<XT, YT, ACT>(v, shows, rc, pad.value);
+#pragma unroll
+        for (int k = 0; k < kPadPerLane; ++k) {
+          if (has[k]) store_element<YT>(p.y, y_line + at * p.c + 32 * k, shows[k] ? v[k] : pad.value);
+        }
+      }
+    }
+  }
+}
+
 // ---- fused path ------------------------------------------------------------------------------------------
 // The channels-last apply of one group (sample, channels [first_channel, first_channel + cpg)): columns of W
 // channels (W = 8, 4 or 1 dividing cpg), thread (tx, ty) takes columns tx, tx + lanes_x, ... and pixels ty,

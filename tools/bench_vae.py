@@ -250,7 +250,8 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
             memory = memory_breakdown(torch, model, decode, z)
     return {"mode": mode, "layout": layout, "ms": statistics.median(times), "peak_gib": peak,
             "relative_l2": error, "out": out.float(), "compile_s": compile_s, "kernels_ms": kernels,
-            "swapped": None if swapped is None else {"pairs": swapped.pairs, "plain": swapped.plain},
+            "swapped": None if swapped is None else {"pairs": swapped.pairs, "plain": swapped.plain,
+                                                     "padded": swapped.padded},
             "output_shape": list(out.shape), "memory": memory}
 
 
@@ -321,7 +322,8 @@ def main():
                 detail = "" if kernels is None else "  " + " ".join(f"{k} {v:.2f}" for k, v in kernels.items())
                 compiled = "" if row["compile_s"] is None else f"  first call {row['compile_s']:.1f} s"
                 swapped = "" if row["swapped"] is None else f"  swapped {row['swapped']['pairs']}+" \
-                                                           f"{row['swapped']['plain']}"
+                                                           f"{row['swapped']['plain']} " \
+                                                           f"({row['swapped']['padded']} padded)"
                 memory = "" if row["memory"] is None else \
                     "  memory: held at a GroupNorm {held_at_norm_gib:.2f} GiB ({held_at}), mid block {mid_block_peak_gib:.2f}, " \
                     "between GroupNorms {between_norms_peak_gib:.2f} ({between})".format(**row["memory"])

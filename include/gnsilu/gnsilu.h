@@ -59,6 +59,12 @@ typedef enum gnsilu_activation {
   GNSILU_ACTIVATION_NONE = 1  /* y = group_norm(x) */
 } gnsilu_activation;
 
+/* The border of a padded output (gnsilu_problem.pad). */
+typedef enum gnsilu_pad_mode {
+  GNSILU_PAD_CONSTANT = 0, /* pad_value (zero by default) */
+  GNSILU_PAD_REPLICATE = 1 /* the nearest edge element, as F.pad(mode="replicate") */
+} gnsilu_pad_mode;
+
 typedef enum gnsilu_tune_policy {
   GNSILU_TUNE_ON_FIRST_USE = 0, /* cached entry, else time the candidates once (large activations) */
   GNSILU_TUNE_CACHED_ONLY = 1,  /* cached entry, else the default configuration */
@@ -109,6 +115,15 @@ typedef struct gnsilu_problem {
   gnsilu_dtype bias_dtype;
   double eps;                   /* finite and > 0 */
   gnsilu_activation activation; /* GNSILU_ACTIVATION_SILU (0) or GNSILU_ACTIVATION_NONE */
+  /* Since 0.2: a padded output. y = F.pad(output, pad[0:pad_count], mode, pad_value) in PyTorch's terms: widths in
+   * F.pad's order, last dimension first ((W before, W after, H before, H after, D before, D after), >= 0), on at
+   * most the last three spatial dimensions; y has the padded shape, in y_layout, and may not overlap x. The
+   * interior and the border are written by one launch, after the statistics; the border of GNSILU_PAD_REPLICATE
+   * holds the output's own edge bits. pad_count 0 (the default): no padding. */
+  const int64_t* pad;
+  int pad_count;                /* 0, 2, 4 or 6 */
+  gnsilu_pad_mode pad_mode;     /* GNSILU_PAD_CONSTANT (0) or GNSILU_PAD_REPLICATE */
+  double pad_value;             /* the constant border (0), rounded to FP32, then to y_dtype */
 } gnsilu_problem;
 
 /* The defaults of a problem (gnsilu_problem_init here, gnsilu::Problem in gnsilu.hpp): the group count and eps of

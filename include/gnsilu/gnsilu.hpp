@@ -80,6 +80,9 @@ enum class Layout : int {
 // What follows the normalization: y = silu(group_norm(x)) or y = group_norm(x).
 enum class Activation : int { SiLU = GNSILU_ACTIVATION_SILU, None = GNSILU_ACTIVATION_NONE };
 
+// The border of a padded output (Problem::pad): a constant value, or the nearest edge element (replicate).
+enum class PadMode : int { Constant = GNSILU_PAD_CONSTANT, Replicate = GNSILU_PAD_REPLICATE };
+
 // One call's inputs. x and y are contiguous tensors of shape (N, C, *spatial), any number of spatial
 // dimensions, each channels-first or channels-last (y in x's layout, except where the two layouts are the same
 // memory: no spatial elements, or C = 1). The layout never changes a bit of the output. y == x is allowed (in
@@ -99,6 +102,14 @@ struct Problem {
   Layout x_layout = Layout::ChannelsFirst;
   Layout y_layout = Layout::ChannelsFirst;
   Activation activation = Activation::SiLU;
+  // A padded output: y is F.pad(output, pad, mode, value) as PyTorch computes it, written by one launch after the
+  // statistics (the interior and the border). `pad` lists widths in F.pad's order, last dimension first: (W before,
+  // W after, H before, H after, D before, D after), 2, 4 or 6 of them, >= 0, on at most the last three spatial
+  // dimensions. y then has the padded shape, in y_layout (which must be x_layout unless x's two layouts are the same
+  // memory); it may not overlap x. Empty: y has x's shape. The split path only (Path::Fused is refused).
+  std::span<const int64_t> pad;
+  PadMode pad_mode = PadMode::Constant;
+  double pad_value = 0.0;  // the constant border, rounded to FP32 and then to y's dtype
 };
 
 // Caller-provided device memory for the statistics (at least workspace_size() bytes); empty: internal.

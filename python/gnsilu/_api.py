@@ -20,7 +20,7 @@ from ._torch_adapter import (_as_torch, _torch_code, _torch_group_norm, _torch_o
 
 # ---- the public functions ---------------------------------------------------------------------------------------
 def group_norm(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None, out=None,
-               stream=None):
+               stream=None, *, pad=None, pad_mode="constant", pad_value=0.0):
     """y = silu(group_norm(x, num_groups, weight, bias, eps)), or group_norm(...) alone with activation=None, on
     the GPU; returns y.
 
@@ -48,6 +48,10 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu
     dtype or a name such as "bfloat16". out: where to write y, in x's layout (x itself is allowed when both dtypes
     have one size). stream: a CUstream handle (int), torch.cuda.Stream or CuPy stream, for
     __cuda_array_interface__ objects only.
+    pad, pad_mode, pad_value (torch tensors only): y = F.pad(y, pad, mode=pad_mode, value=pad_value) written by the
+    same call (the border in the same launch as the interior, bit for bit what F.pad of the unpadded y holds):
+    pad lists 2, 4 or 6 widths >= 0, last dimension first, as F.pad; pad_mode "constant" (pad_value, rounded to y's
+    dtype) or "replicate". y (or out) then has the padded shape, in x's layout.
 
     Arguments are checked in Python before anything else (InvalidArgumentError names the argument); zero-element
     tensors return at once. The library is loaded on the first call (LibraryNotFoundError if it cannot be).
@@ -58,7 +62,10 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu
         if stream is not None:
             raise invalid_argument("stream", "must be None for torch tensors: the call runs on torch's current "
                                              "stream of x's device; use `with torch.cuda.stream(s):`")
-        return _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation_code, out_dtype, out)
+        return _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation_code, out_dtype, out, pad,
+                                 pad_mode, pad_value)
+    if pad is not None:
+        raise invalid_argument("pad", "is supported for torch tensors (a padded output of other arrays: not yet)")
     if hasattr(x, "__cuda_array_interface__"):
         return _interface_group_norm(x, num_groups, weight, bias, eps, activation_code, out_dtype, out, stream)
     if hasattr(x, "__dlpack__"):

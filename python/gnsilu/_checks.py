@@ -94,6 +94,42 @@ def _activation_code(activation):
                                          f"(y = group_norm(x)), got {activation!r}")
 
 
+PAD_CONSTANT, PAD_REPLICATE = 0, 1  # gnsilu_pad_mode
+_PAD_MODES = {"constant": PAD_CONSTANT, "replicate": PAD_REPLICATE}
+
+
+def _pad(pad, shape):
+    """F.pad's widths (last dimension first) as a tuple of ints, checked against x's shape: 2, 4 or 6 of them, >= 0,
+    on at most the last three spatial dimensions."""
+    try:
+        widths = tuple(operator.index(w) for w in pad)
+    except TypeError:
+        raise invalid_argument("pad", f"must be a sequence of integers (F.pad's widths), got {pad!r}") from None
+    if len(widths) not in (2, 4, 6):
+        raise invalid_argument("pad", f"must hold 2, 4 or 6 widths (two per padded dimension, last dimension "
+                                      f"first, as F.pad), got {len(widths)}")
+    if len(widths) // 2 > len(shape) - 2:
+        raise invalid_argument("pad", f"pads {len(widths) // 2} dimensions, but x has {len(shape) - 2} spatial "
+                                      "dimensions")
+    if any(w < 0 for w in widths):
+        raise invalid_argument("pad", f"widths must be >= 0 (gnsilu pads, it does not crop), got {widths}")
+    return widths
+
+
+def _pad_mode(mode):
+    if mode not in _PAD_MODES:
+        raise invalid_argument("pad_mode", f"must be \"constant\" or \"replicate\", got {mode!r}")
+    return _PAD_MODES[mode]
+
+
+def _padded_shape(shape, pad):
+    """The shape of F.pad(x, pad) for an x of `shape`."""
+    shape = list(shape)
+    for k in range(len(pad) // 2):
+        shape[len(shape) - 1 - k] += pad[2 * k] + pad[2 * k + 1]
+    return tuple(shape)
+
+
 # ---- memory layouts ---------------------------------------------------------------------------------------------
 def _c_contiguous(shape, strides, item_size):
     if 0 in shape:
@@ -164,13 +200,17 @@ def _optional_module(name):
         return None
 
 
-def _problem(x_ptr, x_code, y_ptr, y_code, layout, shape, groups, weight, bias, eps, activation):
+def _problem(x_ptr, x_code, y_ptr, y_code, layout, shape, groups, weight, bias, eps, activation, pad=None,
+             pad_mode=PAD_CONSTANT, pad_value=0.0):
     """The gnsilu_problem of a call (weight and bias are (pointer or None, gnsilu_dtype); x and y both lie in
-    `layout`, a name from layout_of). It holds the ctypes array of its shape."""
+    `layout`, a name from layout_of; pad: checked widths (_pad) or None). It holds the ctypes arrays it points to."""
     code = _LAYOUT_CODES[layout]
+    padding = {} if not pad else dict(pad=_lib.int64_array(pad), pad_count=len(pad), pad_mode=pad_mode,
+                                      pad_value=float(pad_value))
     return _lib.problem(x=x_ptr, x_dtype=x_code, x_layout=code, y=y_ptr, y_dtype=y_code, y_layout=code,
                         shape=_lib.int64_array(shape), ndim=len(shape), num_groups=groups, weight=weight[0],
-                        weight_dtype=weight[1], bias=bias[0], bias_dtype=bias[1], eps=eps, activation=activation)
+                        weight_dtype=weight[1], bias=bias[0], bias_dtype=bias[1], eps=eps, activation=activation,
+                        **padding)
 
 
 def _run(x_ptr, x_code, y_ptr, y_code, layout, shape, groups, weight, bias, eps, activation, stream):

@@ -296,10 +296,37 @@ def _view_step(statement, variable, self_name):
     return steps > 0 and isinstance(node, ast.Name) and node.id == variable
 
 
-def _forward_pairs(function, self_name, norms, acts, tests, functional=None):
+def _consumer(statements, j, variable, self_name, convs, drops):
+    """(conv, drops passed) when statements[j:] are `variable = self.<drop>(variable)` (drop in drops, any number)
+    and then `w = self.<conv>(variable)` or `return self.<conv>(variable)` (conv in convs), else None."""
+    passed = []
+    while j < len(statements) and isinstance(statements[j], ast.Assign) and len(statements[j].targets) == 1 \
+            and isinstance(statements[j].targets[0], ast.Name) and statements[j].targets[0].id == variable \
+            and _single_call(statements[j].value, self_name, drops) \
+            and isinstance(statements[j].value.args[0], ast.Name) and statements[j].value.args[0].id == variable:
+        passed.append(statements[j].value.func.attr)
+        j += 1
+    if j >= len(statements):
+        return None
+    statement = statements[j]
+    if isinstance(statement, ast.Assign):
+        if len(statement.targets) != 1 or not isinstance(statement.targets[0], ast.Name):
+            return None
+    elif not isinstance(statement, ast.Return):
+        return None
+    conv = _single_call(statement.value, self_name, convs)
+    argument = statement.value.args[0] if conv else None
+    if isinstance(argument, ast.Name) and argument.id == variable:
+        return conv, tuple(passed)
+    return None
+
+
+def _forward_pairs(function, self_name, norms, acts, tests, functional=None, convs=(), drops=()):
     """({id(norm Call): act} for `v = self.norm(e)` followed by `v = self.act(v)` (or `v = F.silu(v)`: the act
-    FUNCTIONAL_SILU, where functional resolves the callee), ids of dead nodes)."""
-    proven, dead = {}, set()
+    FUNCTIONAL_SILU, where functional resolves the callee), ids of dead nodes, {id(norm Call): (conv, drops)} where
+    the act's statement (a module act) is followed in its own statement list by `v = self.drop(v)` statements and
+    then a call of self.conv on v (_consumer))."""
+    proven, dead, followers = {}, set(), {}
 
     def live(statements):
         result = []
@@ -341,6 +368,11 @@ def _forward_pairs(function, self_name, norms, acts, tests, functional=None):
                 act = act_of(following, statement.targets[0].id)
                 if act:
                     proven[id(statement.value)] = act
+                    at = next((k for k in range(i + 1, len(statements)) if statements[k] is following), None)
+                    if act != FUNCTIONAL_SILU and at is not None and isinstance(following, ast.Assign) and convs:
+                        consumer = _consumer(statements, at + 1, statement.targets[0].id, self_name, convs, drops)
+                        if consumer is not None:
+                            followers[id(statement.value)] = consumer
             if isinstance(statement, ast.If):
                 walk(statement.body, following)
                 walk(statement.orelse, following)
@@ -349,12 +381,16 @@ def _forward_pairs(function, self_name, norms, acts, tests, functional=None):
                     walk(body, None)  # loop bodies go back to their header, try bodies to handlers: unknown
 
     walk(function.body, None)
-    return proven, dead
+    return proven, dead, followers
 
 
-def _scan(function, self_name, norms, acts, proven, dead, found, unproven, functional=None):
+def _scan(function, self_name, norms, acts, proven, dead, found, unproven, functional=None, followers=None,
+          consumers=None):
     """Classifies every use of self.<norm> in function (a method, or code that __init__ leaves behind): found[norm]
-    gets the acts of proven uses, unproven the rest."""
+    gets the acts of proven uses, unproven the rest; consumers[norm] (when given) the follower of each proven use
+    (followers[id(call)], or None)."""
+    followers = followers or {}
+    consumers = {} if consumers is None else consumers
     where = getattr(function, "name", type(function).__name__.lower())
     parents = {}
     stack = [function]
@@ -387,11 +423,13 @@ def _scan(function, self_name, norms, acts, proven, dead, found, unproven, funct
             continue
         if id(parent) in proven:
             found.setdefault(norm, set()).add(proven[id(parent)])
+            consumers.setdefault(norm, []).append(followers.get(id(parent)))
             continue
         outer = parents.get(id(parent))
         act = _act_call(outer, self_name, acts, functional) if _single_call(parent, self_name, norms) else None
         if act and outer.args[0] is parent:
             found.setdefault(norm, set()).add(act)
+            consumers.setdefault(norm, []).append(None)
             continue
         arguments = parent.args + [k.value for k in parent.keywords]
         starred = any(isinstance(a, ast.Starred) for a in parent.args) or any(k.arg is None for k in parent.keywords)
@@ -430,6 +468,11 @@ def _scan_left_behind(init, self_name, norms, acts, found, unproven, functional=
 
 
 def proven_pairs(cls, base, norms, acts, lookup, silu_functions=()):
+    """{norm: set of acts}: proven_chains without the convolutions."""
+    return {norm: chain[0] for norm, chain in proven_chains(cls, base, norms, acts, lookup, silu_functions).items()}
+
+
+def proven_chains(cls, base, norms, acts, lookup, silu_functions=(), convs=(), drops=()):
     """{norm: set of acts} for the attributes in `norms` whose every use in cls's code is proven (module docstring).
 
     cls: the block's class; base: the first class of cls's MRO not examined (torch.nn.Module); norms and acts:
@@ -437,6 +480,11 @@ def proven_pairs(cls, base, norms, acts, lookup, silu_functions=()):
     a plain instance attribute (used to decide `if` tests in forward), or UNKNOWN; silu_functions: functions
     (torch.nn.functional.silu) whose calls count as a SiLU too, the act FUNCTIONAL_SILU, when the callee is a name
     chain that the method does not bind and that resolves through its module's globals to one of them.
+
+    Returns {norm: (set of acts, follower)}. follower is (conv, drops) when every proven use of the norm is
+    `v = self.norm(e)` / `v = self.act(v)` (a module act) in forward, followed in the same statement list by
+    `v = self.<drop>(v)` statements (drop in `drops`: attributes that return their input itself) and then
+    `w = self.<conv>(v)` or `return self.<conv>(v)`, with one conv for all uses (conv in `convs`); else None.
     """
     mro = cls.__mro__
     if base not in mro:
@@ -448,7 +496,7 @@ def proven_pairs(cls, base, norms, acts, lookup, silu_functions=()):
     forward = vars(owner)["forward"]
     if not isinstance(forward, types.FunctionType):
         return {}
-    found, unproven = {}, set()
+    found, unproven, consumers, replaced = {}, set(), {}, set()
     try:
         for k in classes:
             module = sys.modules.get(k.__module__)
@@ -458,14 +506,76 @@ def proven_pairs(cls, base, norms, acts, lookup, silu_functions=()):
                 if self_name is None:
                     continue
                 functional = _functional_resolver(function, module_globals, silu_functions)
+                if function.name != "__init__":  # a method replacing a conv or drop: no follower through it
+                    for node in ast.walk(function) if convs else ():
+                        name = _self_attribute(node, self_name, set(convs) | set(drops))
+                        if name is not None and not isinstance(node.ctx, ast.Load):
+                            replaced.add(name)
                 if function.name == "__init__":
                     _scan_left_behind(function, self_name, norms, acts, found, unproven, functional)
                     continue
-                proven, dead = {}, set()
+                proven, dead, followers = {}, set(), {}
                 if k is owner and function.name == "forward" and line == forward.__code__.co_firstlineno:
-                    proven, dead = _forward_pairs(function, self_name, norms, acts, _Tests(self_name, lookup),
-                                                  functional)
-                _scan(function, self_name, norms, acts, proven, dead, found, unproven, functional)
+                    proven, dead, followers = _forward_pairs(function, self_name, norms, acts,
+                                                             _Tests(self_name, lookup), functional, convs, drops)
+                _scan(function, self_name, norms, acts, proven, dead, found, unproven, functional, followers,
+                      consumers)
     except _Refuse:
         return {}
-    return {norm: found[norm] for norm in sorted(found) if norm not in unproven}
+    chains = {}
+    for norm in sorted(found):
+        if norm in unproven:
+            continue
+        uses = consumers.get(norm, [])
+        follower = uses[0] if uses and all(u == uses[0] for u in uses) else None
+        if follower is not None and replaced & {follower[0], *follower[1]}:
+            follower = None
+        chains[norm] = (found[norm], follower)
+    return chains
+
+
+def padded_convolution(cls, pad_functions):
+    """(pad attribute, mode attribute, conv attribute) when cls (a module class) is proven to compute
+    `conv(F.pad(x, self.<pad>, mode=self.<mode>))` and nothing else: its forward (defined in cls itself, cls's MRO
+    up to nn.Module holding no other forward) is exactly `v = <f>(v, self.<pad>, mode=self.<mode>)` then
+    `return self.<conv>(v)`, where <f> is a name chain that resolves through the module's globals to one of
+    pad_functions (torch.nn.functional.pad), with v its one parameter besides self. Else None."""
+    forward = vars(cls).get("forward")
+    if not isinstance(forward, types.FunctionType):
+        return None
+    try:
+        methods = _methods(cls)
+    except _Refuse:
+        return None
+    node = next((f for f, _ in methods if f.name == "forward"), None)
+    module = sys.modules.get(cls.__module__)
+    if node is None or module is None or node.decorator_list:
+        return None
+    arguments = node.args
+    if arguments.posonlyargs or arguments.vararg or arguments.kwarg or arguments.kwonlyargs or arguments.defaults \
+            or len(arguments.args) != 2:
+        return None
+    self_name, variable = arguments.args[0].arg, arguments.args[1].arg
+    body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) != 2 or not isinstance(body[0], ast.Assign) or not isinstance(body[1], ast.Return):
+        return None
+    assign = body[0]
+    if len(assign.targets) != 1 or not isinstance(assign.targets[0], ast.Name) or assign.targets[0].id != variable:
+        return None
+    call = assign.value
+    resolves = _functional_resolver(node, vars(module), pad_functions)
+    if not (isinstance(call, ast.Call) and resolves is not None and resolves(call.func) and len(call.args) == 2
+            and isinstance(call.args[0], ast.Name) and call.args[0].id == variable
+            and len(call.keywords) == 1 and call.keywords[0].arg == "mode"):
+        return None
+    pad = _self_attribute(call.args[1], self_name, {call.args[1].attr} if isinstance(call.args[1], ast.Attribute)
+                          else set())
+    mode_node = call.keywords[0].value
+    mode = _self_attribute(mode_node, self_name, {mode_node.attr} if isinstance(mode_node, ast.Attribute) else set())
+    returned = body[1].value
+    if pad is None or mode is None or not isinstance(returned, ast.Call) or len(returned.args) != 1 \
+            or not isinstance(returned.args[0], ast.Name) or returned.args[0].id != variable:
+        return None
+    conv = _single_call(returned, self_name, {returned.func.attr} if isinstance(returned.func, ast.Attribute)
+                        else set())
+    return (pad, mode, conv) if conv is not None else None

@@ -46,6 +46,10 @@ class Problem(ctypes.Structure):
         ("bias_dtype", ctypes.c_int),
         ("eps", ctypes.c_double),
         ("activation", ctypes.c_int),
+        ("pad", _c_int64_p),  # since 0.2: a padded output
+        ("pad_count", ctypes.c_int),
+        ("pad_mode", ctypes.c_int),
+        ("pad_value", ctypes.c_double),
     ]
 
 

@@ -3,8 +3,8 @@ for calls whose arguments were checked before (torch_fast_call), and regions of 
 import ctypes
 
 from . import _lib
-from ._checks import (BF16, FP16, FP32, NONE, _ACCEPTED, _LAYOUT_WORDS, _NAMES, _channels_last_order, _dtype_code, _eps,
-                      _groups, _inverse, _problem, _shape, layout_of)
+from ._checks import (BF16, FP16, FP32, NONE, PAD_CONSTANT, _ACCEPTED, _LAYOUT_WORDS, _NAMES, _channels_last_order,
+                      _dtype_code, _eps, _groups, _inverse, _pad, _pad_mode, _padded_shape, _problem, _shape, layout_of)
 from ._errors import invalid_argument
 
 # ---- torch tensors --------------------------------------------------------------------------------------------
@@ -61,20 +61,25 @@ def _torch_in_layout(x, layout):
     return x.contiguous()
 
 
-def _torch_operands(torch, x, y, y_dtype):
+def _torch_operands(torch, x, y, y_dtype, y_shape=None):
     """(x, y, layout) as gnsilu_group_norm takes them: x itself when layout_of finds it in either layout, else a
     dense copy (in out's layout when out is given, else contiguous); y, when None, a new tensor of y_dtype on x's
-    device in that layout. A given y must be in x's layout (InvalidArgumentError naming 'out')."""
+    device in that layout (of y_shape, for a padded output). A given y must be in x's layout (InvalidArgumentError
+    naming 'out'); where x's two layouts are one memory (one channel, or one pixel) a padded y may be in either."""
     shape = tuple(x.shape)
-    x_layout = layout_of(shape, x.stride())
+    x_layout = found = layout_of(shape, x.stride())
+    padded = y_shape is not None and tuple(y_shape) != shape
+    either = found is not None and (shape[1] == 1 or all(d == 1 for d in shape[2:]))  # one memory in both layouts
+    if padded and either and y is not None:
+        x_layout = None  # y's layout decides
     if y is None:
         layout = x_layout or "channels_first"
-        if x_layout is not None:
+        if x_layout is not None and not padded:
             y = torch.empty_like(x, dtype=y_dtype)  # x's very strides (also those of dimensions of size 1)
         else:
-            y = _torch_empty(torch, shape, y_dtype, x.device, layout)
+            y = _torch_empty(torch, y_shape or shape, y_dtype, x.device, layout)
     else:
-        layout = layout_of(shape, y.stride())
+        layout = layout_of(tuple(y_shape or shape), y.stride())
         if layout is None:
             raise invalid_argument("out", f"must be dense, contiguous or channels-last (gnsilu writes y as one "
                                           f"dense block in x's layout), got strides {tuple(y.stride())} for shape "
@@ -82,7 +87,7 @@ def _torch_operands(torch, x, y, y_dtype):
         if x_layout is not None and layout != x_layout:
             raise invalid_argument("out", f"is {_LAYOUT_WORDS[layout]} but x is {_LAYOUT_WORDS[x_layout]}: gnsilu "
                                           "writes y in x's memory layout")
-    if x_layout is None:
+    if found is None or (found != layout and not either):
         x = _torch_in_layout(x, layout)  # a copy only when x is in neither layout (documented)
     return x, y, layout
 
@@ -166,9 +171,10 @@ def torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dty
     return y
 
 
-def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out):
+def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out, pad=None,
+                      pad_mode="constant", pad_value=0.0):
     key = None
-    if out is None:
+    if out is None and pad is None:
         key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype)
         y = torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dtype, key)
         if y is not None:
@@ -179,6 +185,15 @@ def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_d
     shape = _shape(x.shape, "x")
     groups = _groups(num_groups, shape[1])
     eps = _eps(eps)
+    y_shape, mode_code = shape, PAD_CONSTANT
+    if pad is not None:
+        pad = _pad(pad, shape)
+        mode_code = _pad_mode(pad_mode)
+        try:
+            pad_value = float(pad_value)
+        except (TypeError, ValueError):
+            raise invalid_argument("pad_value", f"must be a number, got {pad_value!r}") from None
+        y_shape = _padded_shape(shape, pad)
     weight_tensor, weight_arg = _torch_parameter(torch, weight, "weight", x, shape[1])
     bias_tensor, bias_arg = _torch_parameter(torch, bias, "bias", x, shape[1])
     y_code = x_code if out_dtype is None else _dtype_code(out_dtype, "out_dtype")
@@ -193,8 +208,9 @@ def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_d
         if out_dtype is not None and out_code != y_code:
             raise invalid_argument("out_dtype", f"is {_NAMES[y_code]}, but out has dtype {y.dtype}")
         y_code = out_code
-        if tuple(y.shape) != shape:
-            raise invalid_argument("out", f"must have x's shape {shape}, got {tuple(y.shape)}")
+        if tuple(y.shape) != y_shape:
+            what = "x's shape" if pad is None else "the padded shape"
+            raise invalid_argument("out", f"must have {what} {y_shape}, got {tuple(y.shape)}")
     if torch.is_grad_enabled():
         for name, tensor in (("x", x), ("weight", weight_tensor), ("bias", bias_tensor), ("out", y)):
             if tensor is not None and tensor.requires_grad:
@@ -203,17 +219,17 @@ def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_d
                                              "gnsilu.torch.GroupNorm / GroupNormSiLU, which then run PyTorch's "
                                              "ops")
     x_before = x
-    x, y, layout = _torch_operands(torch, x, y, dtypes[y_code])
+    x, y, layout = _torch_operands(torch, x, y, dtypes[y_code], y_shape if pad is not None else None)
     if result is None:
         result = y
-    if x.numel() == 0:
+    if x.numel() == 0 and y.numel() == 0:
         return result
     problem = _problem(x.data_ptr(), x_code, y.data_ptr(), y_code, layout, shape, groups, weight_arg, bias_arg,
-                       eps, activation)
+                       eps, activation, pad, mode_code, pad_value)
     with torch.cuda.device(x.device):
         _lib.call("gnsilu_group_norm", ctypes.byref(problem), None, 0,
                   torch.cuda.current_stream(x.device).cuda_stream)
-    fast = (key is not None and result is y and layout_of(shape, x_before.stride()) is not None
+    fast = (key is not None and pad is None and result is y and layout_of(shape, x_before.stride()) is not None
             and all(t is None or t.stride() == (1,) for t in (weight, bias)))
     if fast and _FAST_LIMIT > 0:
         problem.x = problem.y = problem.weight = problem.bias = None

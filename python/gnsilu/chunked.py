@@ -14,7 +14,8 @@ tensor. The output equals the whole decode's except where a convolution rounds d
 
 Modules taken (everything else runs as before): nn.Conv2d and nn.Conv3d with stride 1 along the height, zero
 padding given as integers; diffusers' HunyuanVideoCausalConv3d (replicate padding, causal in time), Upsample2D
-(nearest x2 then a convolution) and HunyuanVideoUpsampleCausal3D; and diffusers' ResnetBlock2D whose norms are
+(nearest x2 then a convolution) and HunyuanVideoUpsampleCausal3D (and gnsilu.torch's PaddedInputConv standing for a
+HunyuanVideoCausalConv3d after the swap); and diffusers' ResnetBlock2D whose norms are
 swapped GroupNormSiLU pairs (gnsilu.torch.swap_group_norm_silu) and which has no time embedding and no up- or
 downsampling: its GroupNormSiLUs take their records over the whole input (gnsilu.group_stats) and normalize only
 the rows each convolution slab reads (gnsilu.group_norm_apply, the whole call's bits), so the normalized tensors,
@@ -145,6 +146,23 @@ def _causal_forward(module, max_bytes, original, x):
     h_out = x.shape[-2] + 2 * ph - reach
     return _slabbed(x, h_out, lambda r0, r1: _causal_rows(module, x, r0 - ph, r1 - ph + reach), max_bytes,
                     lambda: original(x))
+
+
+_CAUSAL_NAMES = ("time_causal_padding", "pad_mode", "conv")  # a PaddedInputConv standing for HunyuanVideoCausalConv3d
+
+
+def _padded_input_plain(module):
+    """gnsilu.torch's PaddedInputConv in place of a HunyuanVideoCausalConv3d (its attributes under the same names)."""
+    return module._gnsilu_names == _CAUSAL_NAMES and _causal_plain(module)
+
+
+def _padded_input_forward(module, max_bytes, original, x):
+    """A PaddedInputConv as the causal convolution it stands for. Run whole, it takes the padded tensor gnsilu wrote
+    for it; in slabs, each slab pads its own rows from x (the interior of that tensor), and the hand-off is let go."""
+    try:
+        return _causal_forward(module, max_bytes, original, x)
+    finally:
+        setattr(module, "_gnsilu_padded", None)
 
 
 def _upsampled_rows(upsample, x, lo, hi, factor):
@@ -298,6 +316,8 @@ def _kinds():
         kinds.append((HunyuanVideoCausalConv3d, _causal_plain, _causal_forward, False))
     except ImportError:
         pass
+    from .torch import PaddedInputConv  # here: gnsilu.torch imports nothing of this module, but keep it lazy
+    kinds.append((PaddedInputConv, _padded_input_plain, _padded_input_forward, False))
     kinds.append(((nn.Conv2d, nn.Conv3d), _conv_plain, _conv_forward, False))
     return kinds
 

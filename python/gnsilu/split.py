@@ -187,6 +187,13 @@ def _whole_forward(module, ranks, original, x, *args, **kwargs):
     return band.contiguous()
 
 
+def _padded_input_forward(module, ranks, name, original):
+    if module._gnsilu_names != _chunked._CAUSAL_NAMES:
+        raise ValueError(f"gnsilu.split: {name} pads its input before its convolution in a way gnsilu.split does not "
+                         "know (only HunyuanVideoCausalConv3d's)")
+    return functools.partial(_causal_forward, module, ranks, name, original)
+
+
 def _kinds():
     """(class, forward maker) for the module kinds a band computes itself; diffusers' where it is installed."""
     kinds = []
@@ -195,6 +202,9 @@ def _kinds():
         kinds.append((HunyuanVideoCausalConv3d, lambda m, r, n, o: functools.partial(_causal_forward, m, r, n, o)))
     except ImportError:
         pass
+    # After the swap a HunyuanVideoCausalConv3d may be a PaddedInputConv (its attributes under the same names): its band
+    # takes halo rows as the causal convolution's does (the norms' band forwards hand it no padded tensor).
+    kinds.append((_gt.PaddedInputConv, _padded_input_forward))
     kinds.append((_gt.GroupNormSiLU, lambda m, r, n, o: functools.partial(_norm_forward, m, r, "silu", o)))
     kinds.append((nn.GroupNorm, lambda m, r, n, o: functools.partial(_norm_forward, m, r, None, o)))
     kinds.append(((nn.Conv2d, nn.Conv3d), lambda m, r, n, o: functools.partial(_conv_forward, m, r, n, o)))

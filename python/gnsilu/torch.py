@@ -109,17 +109,83 @@ def _op_fake(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu",
     return _empty_output(x, out_dtype)
 
 
+# ---- the padded operator: torch.ops.gnsilu.group_norm_padded ------------------------------------------------
+PADDED_OP_SCHEMA = ("group_norm_padded(Tensor x, int num_groups, Tensor? weight, Tensor? bias, float eps, "
+                    "str activation, int[] pad, str pad_mode, float pad_value, ScalarType? out_dtype=None) -> Tensor")
+_PAD_MODES = ("constant", "replicate")
+
+
+def _padded_shape(shape, pad):
+    """The shape of F.pad(t, pad) for t of `shape` (pad lists widths last dimension first)."""
+    shape = list(shape)
+    for k in range(len(pad) // 2):
+        shape[len(shape) - 1 - k] += pad[2 * k] + pad[2 * k + 1]
+    return shape
+
+
+def _empty_padded_output(x, pad, out_dtype):
+    """The padded op's output: F.pad(x)'s shape in x's memory format (channels-last when x is, else contiguous) and
+    out_dtype (default x's dtype)."""
+    dtype = x.dtype if out_dtype is None else out_dtype
+    shape = _padded_shape(x.shape, pad)
+    if x.dim() >= 3 and layout_of(x.shape, x.stride()) == "channels_last" and x.shape[1] != 1 \
+            and any(size != 1 for size in x.shape[2:]):
+        order = (0, *range(2, x.dim()), 1)
+        inverse = [order.index(d) for d in range(x.dim())]
+        return torch.empty([shape[d] for d in order], dtype=dtype, device=x.device).permute(inverse)
+    return torch.empty(shape, dtype=dtype, device=x.device)
+
+
+def _interior(padded, pad):
+    """The view of `padded` without its border: what F.pad padded."""
+    for k in range(len(pad) // 2):
+        dim = padded.dim() - 1 - k
+        padded = padded.narrow(dim, pad[2 * k], padded.shape[dim] - pad[2 * k] - pad[2 * k + 1])
+    return padded
+
+
+def _padded_implementation(x, num_groups, weight, bias, eps, activation, pad, pad_mode, pad_value, out_dtype=None):
+    """torch.ops.gnsilu.group_norm_padded on real tensors: F.pad(group_norm(x) [then SiLU], pad, pad_mode, pad_value)
+    as one gnsilu call on CUDA tensors of its dtypes (the interior and the border written by one launch), PyTorch's
+    ops otherwise; the result has _empty_padded_output's shape, dtype and strides either way."""
+    if activation not in ("silu", "none"):
+        raise ValueError(f"gnsilu::group_norm_padded: activation must be \"silu\" or \"none\", got {activation!r}")
+    if pad_mode not in _PAD_MODES:
+        raise ValueError(f"gnsilu::group_norm_padded: pad_mode must be \"constant\" or \"replicate\", got {pad_mode!r}")
+    pad = [int(w) for w in pad]
+    y = _empty_padded_output(x, pad, out_dtype)
+    if x.is_cuda and x.dtype in _DTYPES and _unusable is None:
+        kind = None if activation == "none" else "silu"
+        try:  # an x in neither layout is copied into y's
+            return group_norm(x, num_groups, weight, bias, eps, kind, out=y, pad=pad, pad_mode=pad_mode,
+                              pad_value=pad_value)
+        except (LibraryNotFoundError, UnsupportedDeviceError) as e:
+            _unusable_here(e)
+    unpadded = _pytorch_group_norm(x, num_groups, weight, bias, eps, activation)
+    padded = F.pad(unpadded, pad, mode=pad_mode, value=pad_value) if pad_mode == "constant" else \
+        F.pad(unpadded, pad, mode=pad_mode)
+    return y.copy_(padded)
+
+
+def _padded_fake(x, num_groups, weight, bias, eps, activation, pad, pad_mode, pad_value, out_dtype=None):
+    return _empty_padded_output(x, pad, out_dtype)
+
+
 def _register_op():
-    """Defines gnsilu::group_norm (once per process: importing gnsilu.torch again finds it defined)."""
+    """Defines gnsilu::group_norm and gnsilu::group_norm_padded (once per process: importing gnsilu.torch again finds
+    them defined)."""
     if hasattr(torch.ops, "gnsilu") and hasattr(torch.ops.gnsilu, "group_norm"):
         return None
     library = torch.library.Library("gnsilu", "DEF")
     tags = (torch.Tag.needs_fixed_stride_order,) if hasattr(torch.Tag, "needs_fixed_stride_order") else ()
     library.define(OP_SCHEMA, tags=tags)
+    library.define(PADDED_OP_SCHEMA, tags=tags)
     for key in ("CUDA", "CPU"):
         library.impl("group_norm", _op_implementation, key)
+        library.impl("group_norm_padded", _padded_implementation, key)
     register_fake = getattr(torch.library, "register_fake", None) or torch.library.impl_abstract
     register_fake("gnsilu::group_norm", _op_fake, lib=library)
+    register_fake("gnsilu::group_norm_padded", _padded_fake, lib=library)
     return library
 
 
@@ -315,6 +381,73 @@ class _GroupNormSiLUBeforeSiLU(GroupNormSiLU):
         for act in self._gnsilu_acts:
             setattr(act, _HANDOFF, output)
         return output
+
+
+_PADDED = "_gnsilu_padded"  # on a PaddedInputConv: (interior, padded) its _GroupNormSiLUPadded just made
+
+
+class _GroupNormSiLUPadded(_GroupNormSiLUBeforeSiLU):
+    """_GroupNormSiLUBeforeSiLU in a block whose code is proven to hand the SiLU's output straight (through
+    pass-through dropouts at most) to a PaddedInputConv (its `_gnsilu_conv`), which pads before it convolves
+    (`_gnsilu_pad`: F.pad's widths and mode): gnsilu writes silu(group_norm(x)) already padded, in one launch, and
+    this returns the interior view of it (what silu(group_norm(x)) is: the values are right whoever reads them),
+    telling the SiLU to pass that view through and the conv that the padded tensor behind it is its input padded.
+    Where gnsilu does not take the input, it is _GroupNormSiLUBeforeSiLU (the conv then pads itself)."""
+
+    def forward(self, input):
+        if not _gnsilu_takes(self, input):
+            return super().forward(input)
+        pad, mode = self._gnsilu_pad
+        out_dtype = torch.float32 if _autocast_enabled(input.device.type) else input.dtype
+        call = torch.ops.gnsilu.group_norm_padded if _is_compiling() else _padded_implementation
+        padded = call(input, self.num_groups, self.weight, self.bias, self.eps, "silu", pad, mode, 0.0, out_dtype)
+        output = _interior(padded, pad)
+        setattr(self._gnsilu_conv, _PADDED, (output, padded))
+        for act in self._gnsilu_acts:
+            setattr(act, _HANDOFF, output)
+        return output
+
+
+class PaddedInputConv(nn.Module):
+    """A convolution that pads its input first, `conv(F.pad(x, pad, mode=mode))` (diffusers'
+    HunyuanVideoCausalConv3d and convolutions written like it, proven from their code: _fusion.padded_convolution),
+    with the same child (so the state_dict keys stay: `....conv.weight`) and its pad widths and mode under their
+    names. Given the very tensor its _GroupNormSiLUPadded returned (`is`, which torch.compile traces), it convolves
+    the padded tensor gnsilu wrote behind it instead of padding again; anything else is padded as before. Either
+    way the hand-off is cleared."""
+
+    def __init__(self, original, pad_name, mode_name, conv_name):
+        super().__init__()
+        self._gnsilu_names = (pad_name, mode_name, conv_name)
+        setattr(self, conv_name, original._modules[conv_name])
+        setattr(self, pad_name, tuple(getattr(original, pad_name)))
+        setattr(self, mode_name, getattr(original, mode_name))
+        setattr(self, _PADDED, None)
+        self.train(original.training)
+
+    def forward(self, input):
+        pad_name, mode_name, conv_name = self._gnsilu_names
+        conv = self._modules[conv_name]
+        handed = getattr(self, _PADDED)
+        if handed is not None:
+            setattr(self, _PADDED, None)
+            if handed[0] is input:
+                return conv(handed[1])
+        return conv(F.pad(input, getattr(self, pad_name), mode=getattr(self, mode_name)))
+
+    def extra_repr(self):
+        pad_name, mode_name, _ = self._gnsilu_names
+        return f"{pad_name}={getattr(self, pad_name)}, {mode_name}={getattr(self, mode_name)!r}"
+
+
+class _PassThroughDropout(nn.Dropout):
+    """nn.Dropout that returns its input itself when p == 0 (what nn.Dropout computes then, in eager mode the same
+    object too), so that torch.compile also sees the tensor a _GroupNormSiLUPadded returned reach its conv."""
+
+    def forward(self, input):
+        if self.p == 0:
+            return input
+        return super().forward(input)
 
 
 class _SiLUApplied(torch.Tensor):
@@ -558,17 +691,40 @@ def _swap_plain_group_norms(module):
     return len(replacements)
 
 
-def _swap_block(block):
+def _padded_convolution(module):
+    """(pad, mode, conv) attribute names when module is a plain convolution that pads first (_fusion's proof), with
+    widths gnsilu can write (2, 4 or 6 ints >= 0) and mode "replicate" or "constant"; else None."""
+    if module is None or not _plain(module, type(module)) or type(module).__module__.startswith("torch."):
+        return None
+    names = _fusion.padded_convolution(type(module), (F.pad,))
+    if names is None:
+        return None
+    pad, mode, conv = (_plain_attribute(module, name) for name in names)
+    if not isinstance(conv, nn.Module) or mode not in _PAD_MODES or not isinstance(pad, (tuple, list)) \
+            or len(pad) not in (2, 4, 6) or not all(type(w) is int and w >= 0 for w in pad):
+        return None
+    return names
+
+
+def _swap_block(block, fuse_pad=True):
+    """Swaps the proven pairs of one block; returns (pairs, pads): pads of them now written by gnsilu into their
+    convolution's input (_GroupNormSiLUPadded, PaddedInputConv)."""
     children = block._modules
     norms = {name for name, child in children.items()
              if _plain(child, nn.GroupNorm) or _frame_norm(child) is not None or _contiguous_frame_norm(child)}
     acts = {name for name, child in children.items()
             if _plain(child, nn.SiLU) or _plain(child, _SiLUAfterGroupNormSiLU)}
     if not norms or "forward" in vars(block):
-        return 0
-    pairs = _fusion.proven_pairs(type(block), nn.Module, norms, acts, lambda name: _plain_attribute(block, name),
-                                 silu_functions=(F.silu,))
-    swapped = 0
+        return 0, 0
+    convs = {name: _padded_convolution(child) for name, child in children.items()} if fuse_pad else {}
+    convs = {name: names for name, names in convs.items() if names is not None}
+    drops = {name for name, child in children.items()
+             if (_plain(child, nn.Dropout) or _plain(child, _PassThroughDropout)) and child.p == 0}
+    chains = _fusion.proven_chains(type(block), nn.Module, norms, acts, lambda name: _plain_attribute(block, name),
+                                   silu_functions=(F.silu,), convs=set(convs), drops=drops)
+    pairs = {norm: chain[0] for norm, chain in chains.items()}
+    swapped = padded = 0
+    wrappers = {}
     for norm, act_names in pairs.items():
         if _fusion.FUNCTIONAL_SILU in act_names:
             if len(act_names) == 1:  # only ever into F.silu(...); with SiLU modules too: not swapped as a pair
@@ -579,9 +735,27 @@ def _swap_block(block):
             continue  # its SiLU modules are not told of its output: swapped as a plain GroupNorm later
         swapped += 1
         inner = _frame_norm(children[norm])
+        follower = chains[norm][1]
         if inner is not None:  # per frame: the frames' GroupNormSiLU, the hand-off by the wrapper
             fused = FrameGroupNorm(GroupNormSiLU.from_group_norm(children[norm]._modules[inner]), inner)
             fused.train(children[norm].training)
+        elif follower is not None and _plain(children[norm], nn.GroupNorm):
+            # Its SiLU's output goes straight into a convolution that pads first: gnsilu writes it padded.
+            conv_name, drop_names = follower
+            fused = _GroupNormSiLUPadded.from_group_norm(children[norm])
+            wrapper = wrappers.get(conv_name)
+            if wrapper is None:
+                wrapper = PaddedInputConv(children[conv_name], *convs[conv_name])
+                wrappers[conv_name] = wrapper
+                setattr(block, conv_name, wrapper)
+            for drop in drop_names:
+                if type(children[drop]) is nn.Dropout:
+                    setattr(block, drop, _PassThroughDropout(children[drop].p, children[drop].inplace).train(
+                        children[drop].training))
+            pad_name, mode_name, _ = convs[conv_name]
+            object.__setattr__(fused, "_gnsilu_pad", (tuple(getattr(wrapper, pad_name)), getattr(wrapper, mode_name)))
+            object.__setattr__(fused, "_gnsilu_conv", wrapper)
+            padded += 1
         else:
             fused = _GroupNormSiLUBeforeSiLU.from_group_norm(children[norm])
         for act in act_names:
@@ -590,7 +764,7 @@ def _swap_block(block):
         # A plain attribute, not a submodule: named_modules() and the state_dict do not change.
         object.__setattr__(fused, "_gnsilu_acts", tuple(children[act] for act in sorted(act_names)))
         setattr(block, norm, fused)
-    return swapped
+    return swapped, padded
 
 
 def _before_silu_function(norm):
@@ -607,27 +781,30 @@ def _before_silu_function(norm):
     return fused
 
 
-SwapCounts = collections.namedtuple("SwapCounts", ["pairs", "plain"])
+SwapCounts = collections.namedtuple("SwapCounts", ["pairs", "plain", "padded"], defaults=(0,))
 SwapCounts.__doc__ = """What swap_group_norm_silu(..., return_counts=True) replaced: `pairs` GroupNorm+SiLU pairs by
-GroupNormSiLU, `plain` other nn.GroupNorms by GroupNorm."""
+GroupNormSiLU, `plain` other nn.GroupNorms by GroupNorm; `padded` of the pairs write their convolution's padded input
+(GroupNorm -> SiLU -> pad -> conv: the pad is gnsilu's border, PaddedInputConv skips its own)."""
 
 
-def swap_group_norm_silu(module, *, plain=True, return_counts=False):
+def swap_group_norm_silu(module, *, plain=True, return_counts=False, fuse_pad=True):
     """Puts GroupNormSiLU in place of the GroupNorm+SiLU pairs of `module` (and its submodules) that it can prove,
     then (with plain=True, the default) GroupNorm in place of every other plain nn.GroupNorm (see the module
     docstring). Returns how many GroupNorm+SiLU pairs were replaced, or with return_counts=True a
-    SwapCounts(pairs, plain) that also counts the plain GroupNorms replaced. Parameters are shared, not copied;
+    SwapCounts(pairs, plain, padded) that also counts the plain GroupNorms replaced and the pairs that write their
+    convolution's padded input (fuse_pad=False: none do). Parameters are shared, not copied;
     the state_dict keys do not change; calling it again replaces nothing more; `module` itself is not replaced,
     only its submodules; nothing at all is replaced while global module hooks are registered."""
-    counts = SwapCounts(0, 0)
+    counts = SwapCounts(0, 0, 0)
     if not _global_hooks():
-        pairs = 0
+        pairs = pads = 0
         for parent in list(module.modules()):
             if type(parent) is nn.Sequential:
                 pairs += _swap_sequential(parent)
             else:
-                pairs += _swap_block(parent)
-        counts = SwapCounts(pairs, _swap_plain_group_norms(module) if plain else 0)
+                swapped, padded = _swap_block(parent, fuse_pad)
+                pairs, pads = pairs + swapped, pads + padded
+        counts = SwapCounts(pairs, _swap_plain_group_norms(module) if plain else 0, pads)
         for name, m in module.named_modules():  # their names, for _note_declined's warning
             if isinstance(m, (GroupNormSiLU, GroupNorm)) and not hasattr(m, "_gnsilu_name"):
                 object.__setattr__(m, "_gnsilu_name", f"{type(module).__name__}.{name}" if name else type(m).__name__)

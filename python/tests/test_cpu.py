@@ -34,7 +34,7 @@ REPO = os.path.dirname(PYTHON_DIR)
 sys.path[:0] = [PYTHON_DIR, HERE]
 
 import gnsilu  # noqa: E402  (after the path set-up)
-from gnsilu import _api, _errors, _fusion, _lib  # noqa: E402
+from gnsilu import _api, _checks, _errors, _fusion, _lib  # noqa: E402
 
 try:
     import torch  # optional: a few argument checks differ with it
@@ -93,7 +93,8 @@ def channels_last_strides(shape, item_size=1):
 
 HEADER = os.path.join(REPO, "include", "gnsilu", "gnsilu.h")
 PROBLEM_FIELDS = ["struct_size", "x", "x_dtype", "x_layout", "y", "y_dtype", "y_layout", "shape", "ndim", "num_groups",
-                  "weight", "weight_dtype", "bias", "bias_dtype", "eps", "activation"]
+                  "weight", "weight_dtype", "bias", "bias_dtype", "eps", "activation", "pad", "pad_count", "pad_mode",
+                  "pad_value"]
 
 
 class RecordedCall:
@@ -399,7 +400,8 @@ class TestBinding(unittest.TestCase):
     # Offsets on LP64 (x86-64 and aarch64 Linux): 8-byte pointers, size_t, int64_t and double, 4-byte enums and int.
     LP64_OFFSETS = {"struct_size": 0, "x": 8, "x_dtype": 16, "x_layout": 20, "y": 24, "y_dtype": 32, "y_layout": 36,
                     "shape": 40, "ndim": 48, "num_groups": 56, "weight": 64, "weight_dtype": 72, "bias": 80,
-                    "bias_dtype": 88, "eps": 96, "activation": 104}
+                    "bias_dtype": 88, "eps": 96, "activation": 104, "pad": 112, "pad_count": 120, "pad_mode": 124,
+                    "pad_value": 128}
 
     def test_fields_in_header_order(self):
         self.assertEqual([name for name, _ in _lib.Problem._fields_], PROBLEM_FIELDS)
@@ -412,10 +414,10 @@ class TestBinding(unittest.TestCase):
     def test_lp64_layout(self):
         if ctypes.sizeof(ctypes.c_void_p) != 8 or ctypes.sizeof(ctypes.c_int) != 4:
             self.skipTest("not an LP64 platform")
-        self.assertEqual(ctypes.sizeof(_lib.Problem), 112)
+        self.assertEqual(ctypes.sizeof(_lib.Problem), 136)
         self.assertEqual({name: getattr(_lib.Problem, name).offset for name in PROBLEM_FIELDS}, self.LP64_OFFSETS)
         problem = _lib.problem()
-        self.assertEqual(problem.struct_size, 112)
+        self.assertEqual(problem.struct_size, 136)
         self.assertEqual((problem.x_layout, problem.activation, problem.weight, problem.eps), (0, 0, None, 0.0))
 
     def test_layout_matches_the_c_compiler(self):
@@ -423,7 +425,7 @@ class TestBinding(unittest.TestCase):
         if compiler is None:
             self.skipTest("no C compiler")
         enums = ["GNSILU_" + name for name in ("NONE", "BF16", "FP16", "FP32", "CHANNELS_FIRST", "CHANNELS_LAST",
-                                              "ACTIVATION_SILU", "ACTIVATION_NONE")]
+                                              "ACTIVATION_SILU", "ACTIVATION_NONE", "PAD_CONSTANT", "PAD_REPLICATE")]
         program = "#include <stddef.h>\n#include <stdio.h>\n#include \"gnsilu/gnsilu.h\"\nint main(void) {\n"
         program += '  printf("sizeof %zu\\n", sizeof(gnsilu_problem));\n'
         for name in PROBLEM_FIELDS:
@@ -447,7 +449,7 @@ class TestBinding(unittest.TestCase):
                 self.assertEqual(values[name], [getattr(_lib.Problem, name).offset, ctypes.sizeof(field_type)])
         self.assertEqual([values[name][0] for name in enums],
                          [_api.NONE, _api.BF16, _api.FP16, _api.FP32, _api.CHANNELS_FIRST, _api.CHANNELS_LAST,
-                          _api.ACTIVATION_SILU, _api.ACTIVATION_NONE])
+                          _api.ACTIVATION_SILU, _api.ACTIVATION_NONE, _checks.PAD_CONSTANT, _checks.PAD_REPLICATE])
 
     def test_codes_match_the_header(self):
         with open(HEADER) as f:

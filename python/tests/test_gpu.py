@@ -141,13 +141,17 @@ def same_bits(a, b):
 @contextlib.contextmanager
 def counting_gnsilu_calls():
     """Counts the modules' calls into gnsilu, [checked path, fast path]: the op's implementation (their first call
-    of a key) and the fast path's hits (the calls after it)."""
+    of a key; the padded op's every call) and the fast path's hits (the calls after it)."""
     counts = [0, 0]
-    implementation, fast = gt._op_implementation, gt._api.torch_fast_call
+    implementation, fast, padded = gt._op_implementation, gt._api.torch_fast_call, gt._padded_implementation
 
     def counted_implementation(*args, **kwargs):
         counts[0] += 1
         return implementation(*args, **kwargs)
+
+    def counted_padded(*args, **kwargs):
+        counts[0] += 1
+        return padded(*args, **kwargs)
 
     def counted_fast(*args, **kwargs):
         result = fast(*args, **kwargs)
@@ -155,6 +159,7 @@ def counting_gnsilu_calls():
         return result
 
     with mock.patch.object(gt, "_op_implementation", counted_implementation), \
+            mock.patch.object(gt, "_padded_implementation", counted_padded), \
             mock.patch.object(gt._api, "torch_fast_call", counted_fast):
         yield counts
 
@@ -978,6 +983,60 @@ class TestFrameGroupNorm(unittest.TestCase):
                 self.assertTrue(y.is_contiguous() and same_bits(y, expected), str(memory_format))
         SUMMARY.append(("regions", "FrameGroupNormContiguous, both layouts", "gnsilu ran; contiguous; the frames' bits"))
 
+
+
+@unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
+class TestPaddedOutput(unittest.TestCase):
+    """A padded output: F.pad of gnsilu's own output bit for bit, from one call; and the HunyuanVideo-like causal block
+    swapped with its pads fused gives the bits of the swap without them, eager and compiled."""
+
+    def test_padded_call_is_f_pad_of_the_output(self):
+        torch.manual_seed(11)
+        for shape, pad in (((1, 128, 3, 40, 64), (1, 1, 1, 1, 2, 0)), ((2, 64, 5, 17, 33), (1, 1, 1, 1, 2, 0)),
+                           ((1, 96, 30, 50), (1, 1, 1, 1)), ((1, 32, 4, 6, 8), (0, 3, 2, 0, 1, 5))):
+            x = (torch.randn(*shape, device="cuda") * 3 + 100).to(torch.bfloat16)
+            weight = torch.randn(shape[1], device="cuda")
+            bias = torch.randn(shape[1], device="cuda")
+            for fmt in (torch.contiguous_format, torch.channels_last if len(shape) == 4 else torch.channels_last_3d):
+                for mode, value in (("replicate", 0.0), ("constant", 0.0), ("constant", -1.5)):
+                    v = x.contiguous(memory_format=fmt)
+                    with torch.no_grad():
+                        plain = gnsilu.group_norm(v, 32, weight, bias)
+                        expected = F.pad(plain, pad, mode="replicate") if mode == "replicate" else \
+                            F.pad(plain, pad, mode="constant", value=value)
+                        got = gnsilu.group_norm(v, 32, weight, bias, pad=pad, pad_mode=mode, pad_value=value)
+                        op = torch.ops.gnsilu.group_norm_padded(v, 32, weight, bias, 1e-6, "silu", list(pad), mode,
+                                                                value)
+                    what = f"{shape_name(shape)} {fmt} {mode} {value}"
+                    self.assertTrue(same_bits(got, expected), what)
+                    self.assertTrue(same_bits(op, expected), what)
+                    self.assertTrue(got.is_contiguous(memory_format=fmt), what)
+        SUMMARY.append(("pad", "padded output = F.pad(output)", "bit for bit, 4 shapes, both layouts, 3 borders"))
+
+    def test_causal_block_fused_pads(self):
+        import test_torch_cpu
+        torch.manual_seed(3)
+        block = test_torch_cpu.CausalBlock(channels=128, groups=32).cuda().to(torch.bfloat16).eval()
+        plain = copy.deepcopy(block)
+        self.assertEqual(gt.swap_group_norm_silu(block, return_counts=True), gt.SwapCounts(2, 0, 2))
+        self.assertEqual(gt.swap_group_norm_silu(plain, return_counts=True, fuse_pad=False), gt.SwapCounts(2, 0, 0))
+        x = torch.randn(1, 128, 3, 40, 64, device="cuda", dtype=torch.bfloat16)
+        for fmt in (torch.contiguous_format, torch.channels_last_3d):
+            v = x.contiguous(memory_format=fmt)
+            with torch.inference_mode():
+                expected = plain(v)
+                with counting_gnsilu_calls() as calls:
+                    got = block(v)
+                self.assertEqual(sum(calls), 2, f"{fmt}: {calls}")
+                self.assertTrue(same_bits(got, expected), str(fmt))
+                # Compiled, Inductor chooses the convolutions' input layouts itself (cuDNN's bits may change with
+                # them): the decode is compared within bf16 rounding; a wrong border would be far off.
+                torch._dynamo.reset()
+                compiled = torch.compile(block, fullgraph=True)
+                error = relative_l2(compiled(v), expected)
+                self.assertLess(error, 1e-2, f"{fmt} compiled")
+        SUMMARY.append(("pad", "causal block, pads fused", f"eager: the unfused swap's bits; compiled rel. L2 "
+                                                           f"{error:.1e}"))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -201,6 +201,149 @@ class TestOperator(unittest.TestCase):
         self.assertIsNotNone(x.grad)
 
 
+class CausalConv(nn.Module if torch is not None else object):
+    """diffusers' HunyuanVideoCausalConv3d in miniature: pad (replicate; time in front only), then convolve."""
+
+    def __init__(self, channels, mode="replicate"):
+        super().__init__()
+        self.pad_mode = mode
+        self.time_causal_padding = (1, 1, 1, 1, 2, 0)
+        self.conv = nn.Conv3d(channels, channels, 3)
+
+    def forward(self, hidden_states):
+        hidden_states = F.pad(hidden_states, self.time_causal_padding, mode=self.pad_mode)
+        return self.conv(hidden_states)
+
+
+class ScaledCausalConv(CausalConv):
+    """Pads, then does more than convolve: not a padded convolution (its pad is not gnsilu's to write)."""
+
+    def forward(self, hidden_states):
+        hidden_states = F.pad(hidden_states, self.time_causal_padding, mode=self.pad_mode)
+        return self.conv(hidden_states) * 2
+
+
+class CausalBlock(nn.Module if torch is not None else object):
+    """HunyuanVideoResnetBlockCausal3D in miniature: norm -> SiLU -> causal conv, twice, with a dropout of p=0 in the
+    second chain, one SiLU module for both."""
+
+    def __init__(self, channels=16, groups=4, conv=CausalConv, mode="replicate"):
+        super().__init__()
+        self.nonlinearity = nn.SiLU()
+        self.norm1 = nn.GroupNorm(groups, channels)
+        self.conv1 = conv(channels, mode)
+        self.norm2 = nn.GroupNorm(groups, channels)
+        self.dropout = nn.Dropout(0.0)
+        self.conv2 = conv(channels, mode)
+
+    def forward(self, hidden_states):
+        residual = hidden_states
+        hidden_states = self.norm1(hidden_states)
+        hidden_states = self.nonlinearity(hidden_states)
+        hidden_states = self.conv1(hidden_states)
+        hidden_states = self.norm2(hidden_states)
+        hidden_states = self.nonlinearity(hidden_states)
+        hidden_states = self.dropout(hidden_states)
+        hidden_states = self.conv2(hidden_states)
+        return hidden_states + residual
+
+
+PADDED_OP = "gnsilu.group_norm_padded"  # how graph_ops records the padded operator
+
+
+@unittest.skipIf(torch is None, "PyTorch is not installed")
+class TestPaddedOutput(unittest.TestCase):
+    """torch.ops.gnsilu.group_norm_padded, and GroupNorm -> SiLU -> pad -> conv written as one padded gnsilu call."""
+
+    def setUp(self):
+        torch.manual_seed(0)
+
+    def test_op_is_f_pad_of_the_group_norm(self):
+        weight, bias = torch.randn(8), torch.randn(8)
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        for fmt, shape, pad in ((torch.contiguous_format, (2, 8, 3, 4, 5), (1, 1, 1, 1, 2, 0)),
+                                (torch.channels_last_3d, (2, 8, 3, 4, 5), (1, 1, 1, 1, 2, 0)),
+                                (torch.channels_last, (1, 8, 6, 7), (0, 2, 3, 1))):
+            for mode in ("replicate", "constant"):
+                with self.subTest(format=fmt, mode=mode):
+                    x = torch.randn(*shape).to(memory_format=fmt)
+                    y = torch.ops.gnsilu.group_norm_padded(x, 4, weight, bias, 1e-5, "silu", pad, mode, 0.5)
+                    expected = F.silu(F.group_norm(x, 4, weight, bias, 1e-5))
+                    expected = F.pad(expected, pad, mode=mode, value=0.5) if mode == "constant" else \
+                        F.pad(expected, pad, mode=mode)
+                    self.assertTrue(torch.equal(y, expected))
+                    self.assertTrue(y.is_contiguous(memory_format=fmt))
+                    with FakeTensorMode() as fake_mode:
+                        fake = torch.ops.gnsilu.group_norm_padded(fake_mode.from_tensor(x), 4, None, None, 1e-5,
+                                                                  "none", pad, mode, 0.0, torch.float16)
+                    self.assertEqual((fake.shape, fake.stride(), fake.dtype), (y.shape, y.stride(), torch.float16))
+                    result = torch.library.opcheck(torch.ops.gnsilu.group_norm_padded.default,
+                                                   (x, 4, weight, bias, 1e-5, "silu", list(pad), mode, 0.5, None))
+                    self.assertTrue(all(v == "SUCCESS" for v in result.values()), result)
+        with self.assertRaises(Exception) as caught:
+            torch.ops.gnsilu.group_norm_padded(torch.randn(1, 8, 4, 4), 4, None, None, 1e-5, "silu", [1, 1],
+                                               "reflect", 0.0)
+        self.assertIn("pad_mode", str(caught.exception))
+
+    def test_function_checks_the_widths(self):
+        x = torch.randn(1, 8, 4, 4)
+        with mock.patch.object(torch.Tensor, "is_cuda", True):  # the checks before the C call
+            for pad in ((1,), (1, 1, 1, 1, 1, 1), (1, -1), "ab"):
+                with self.subTest(pad=pad), self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+                    gnsilu.group_norm(x, 4, pad=pad)
+                self.assertIn("'pad'", str(caught.exception))
+            with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+                gnsilu.group_norm(x, 4, pad=(1, 1), pad_mode="reflect")
+            self.assertIn("'pad_mode'", str(caught.exception))
+            with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+                gnsilu.group_norm(x, 4, pad=(1, 1), out=torch.empty(1, 8, 4, 4))
+            self.assertIn("'out'", str(caught.exception))
+            self.assertIn("padded shape (1, 8, 4, 6)", str(caught.exception))
+
+    def test_swap_writes_the_padded_input_eager_and_compiled(self):
+        block = CausalBlock().eval()
+        x = torch.randn(1, 16, 3, 5, 6)
+        formats = (torch.contiguous_format, torch.channels_last_3d)
+        with torch.no_grad():
+            expected = {fmt: block(x.to(memory_format=fmt)) for fmt in formats}
+        keys = list(block.state_dict())
+        self.assertEqual(gt.swap_group_norm_silu(block, return_counts=True), gt.SwapCounts(2, 0, 2))
+        self.assertEqual(list(block.state_dict()), keys)
+        self.assertIsInstance(block.conv1, gt.PaddedInputConv)
+        self.assertIsInstance(block.dropout, nn.Dropout)
+        self.assertEqual(block.conv1.time_causal_padding, (1, 1, 1, 1, 2, 0))
+        for fmt in formats:
+            v = x.to(memory_format=fmt)
+            with modules_take_cpu(), torch.no_grad():
+                self.assertTrue(torch.equal(block(v), expected[fmt]))
+                self.assertIsNone(block.conv1._gnsilu_padded)
+                self.assertIsNone(block.nonlinearity._gnsilu_handoff)
+                torch._dynamo.reset()
+                ops = []
+                compiled = torch.compile(block, backend=graph_ops(ops), fullgraph=True)
+                with self.subTest(format=fmt):
+                    self.assertTrue(torch.equal(compiled(v), expected[fmt]))
+                    self.assertEqual(ops.count(PADDED_OP), 2, ops)
+                    self.assertFalse([op for op in ops if "pad" in op and op != PADDED_OP], ops)  # no pad left
+                    self.assertFalse([op for op in ops if "silu" in op and not op.startswith("gnsilu.")], ops)
+        with torch.no_grad():  # where gnsilu does not take the input (here: CPU), the convs pad as before
+            self.assertTrue(torch.equal(block(x), expected[torch.contiguous_format]))
+
+    def test_what_is_not_fused(self):
+        x = torch.randn(1, 16, 3, 5, 6)
+        for conv, mode, fuse_pad in ((ScaledCausalConv, "replicate", True), (CausalConv, "reflect", True),
+                                     (CausalConv, "replicate", False)):
+            with self.subTest(conv=conv.__name__, mode=mode, fuse_pad=fuse_pad):
+                block = CausalBlock(conv=conv, mode=mode).eval()
+                with torch.no_grad():
+                    expected = block(x)
+                counts = gt.swap_group_norm_silu(block, return_counts=True, fuse_pad=fuse_pad)
+                self.assertEqual(counts, gt.SwapCounts(2, 0, 0))
+                self.assertIs(type(block.conv1), conv)
+                with modules_take_cpu(), torch.no_grad():
+                    self.assertTrue(torch.equal(block(x), expected))
+
+
 @unittest.skipIf(torch is None, "PyTorch is not installed")
 class TestHandOff(unittest.TestCase):
     def setUp(self):
@@ -336,6 +479,7 @@ class Recorder:
         problem = problem_ref._obj
         fields = {name: getattr(problem, name) for name in PROBLEM_FIELDS}
         fields["shape"] = [problem.shape[i] for i in range(problem.ndim)]
+        fields["pad"] = [problem.pad[i] for i in range(problem.pad_count)]
         self.problems.append((fields, workspace, size, stream))
         return 0
 
@@ -351,6 +495,7 @@ class TestFastPath(unittest.TestCase):
             problem = args[0]._obj
             fields = {field: getattr(problem, field) for field in PROBLEM_FIELDS}
             fields["shape"] = [problem.shape[i] for i in range(problem.ndim)]
+            fields["pad"] = [problem.pad[i] for i in range(problem.pad_count)]
             checked.append(fields)
 
         library = types.SimpleNamespace(gnsilu_group_norm=fast)
@@ -764,7 +909,7 @@ class TestTorchOnCPU(unittest.TestCase):
             expected = decoder(latent)
             counts = self.gt.swap_group_norm_silu(decoder, return_counts=True)
             self.assertEqual(counts, self.gt.SwapCounts(self.models.expected_swaps(decoder), 1))
-            self.assertEqual((counts.pairs, counts.plain), tuple(counts))
+            self.assertEqual((counts.pairs, counts.plain, counts.padded), tuple(counts))
             got = decoder(latent)
         self.assertTrue(torch.equal(got, expected))
         self.assertEqual(list(decoder.state_dict()), keys)
@@ -772,7 +917,7 @@ class TestTorchOnCPU(unittest.TestCase):
         self.assertIs(type(decoder.mid_block.attentions[0].group_norm), self.gt.GroupNorm)
         self.assertEqual(self.group_norms(decoder), {"_GroupNormSiLUBeforeSiLU": counts.pairs, "GroupNorm": 1})
         self.assertFalse(any(type(m) is nn.GroupNorm for m in decoder.modules()))
-        self.assertEqual(self.gt.swap_group_norm_silu(decoder, return_counts=True), (0, 0))  # idempotent
+        self.assertEqual(self.gt.swap_group_norm_silu(decoder, return_counts=True), self.gt.SwapCounts(0, 0))  # idempotent
         self.assertEqual(self.gt.swap_group_norm_silu(decoder), 0)
 
         others = nn.ModuleList([self.models.ResidualNorm(32), self.models.FunctionalSiLU(32),
@@ -780,7 +925,7 @@ class TestTorchOnCPU(unittest.TestCase):
         features = torch.randn(2, 32, 6, 6)
         with torch.no_grad():
             expected = [m(features) for m in others]
-            self.assertEqual(self.gt.swap_group_norm_silu(others, return_counts=True), (1, 3))
+            self.assertEqual(self.gt.swap_group_norm_silu(others, return_counts=True), self.gt.SwapCounts(1, 3))
             got = [m(features) for m in others]
         self.assertTrue(all(torch.equal(a, b) for a, b in zip(got, expected)))
         for norm in (others[0].norm, others[2][0], others[3]):
@@ -790,9 +935,9 @@ class TestTorchOnCPU(unittest.TestCase):
         # plain=False: only the pairs, as before.
         decoder = self.models.FluxLikeDecoder(block_out_channels=(32, 64, 64, 64), layers_per_block=1)
         self.assertEqual(self.gt.swap_group_norm_silu(decoder, plain=False, return_counts=True),
-                         (self.models.expected_swaps(decoder), 0))
+                         self.gt.SwapCounts(self.models.expected_swaps(decoder), 0))
         self.assertIs(type(decoder.mid_block.attentions[0].group_norm), nn.GroupNorm)
-        self.assertEqual(self.gt.swap_group_norm_silu(decoder, return_counts=True), (0, 1))
+        self.assertEqual(self.gt.swap_group_norm_silu(decoder, return_counts=True), self.gt.SwapCounts(0, 1))
 
     def test_swap_of_plain_group_norms_keeps_the_rules(self):
         shared = nn.GroupNorm(8, 32)
@@ -804,7 +949,7 @@ class TestTorchOnCPU(unittest.TestCase):
         model = nn.ModuleDict({"a": nn.Sequential(shared, nn.Conv2d(32, 32, 1)), "b": shared, "hooked": hooked,
                                "own_forward": own_forward, "subclass": subclass})
         keys = list(model.state_dict())
-        self.assertEqual(self.gt.swap_group_norm_silu(model, return_counts=True), (0, 1))
+        self.assertEqual(self.gt.swap_group_norm_silu(model, return_counts=True), self.gt.SwapCounts(0, 1))
         self.assertIs(type(model["b"]), self.gt.GroupNorm)
         self.assertIs(model["a"][0], model["b"])  # still one module
         self.assertIs(model["b"].weight, shared.weight)
@@ -812,11 +957,11 @@ class TestTorchOnCPU(unittest.TestCase):
             self.assertIs(type(model[name]), cls)
         self.assertEqual(list(model.state_dict()), keys)
         alone = nn.GroupNorm(8, 32)
-        self.assertEqual(self.gt.swap_group_norm_silu(alone, return_counts=True), (0, 0))  # not itself
+        self.assertEqual(self.gt.swap_group_norm_silu(alone, return_counts=True), self.gt.SwapCounts(0, 0))  # not itself
         handle = nn.modules.module.register_module_forward_pre_hook(lambda module, args: None)
         try:
             model = nn.Sequential(nn.GroupNorm(8, 32), nn.SiLU(), nn.GroupNorm(8, 32))
-            self.assertEqual(self.gt.swap_group_norm_silu(model, return_counts=True), (0, 0))
+            self.assertEqual(self.gt.swap_group_norm_silu(model, return_counts=True), self.gt.SwapCounts(0, 0))
             self.assertEqual(self.gt.swap_group_norm_silu(model), 0)
             self.assertTrue(all(type(m) in (nn.GroupNorm, nn.SiLU) for m in model))
         finally:

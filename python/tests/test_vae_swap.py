@@ -22,6 +22,7 @@ import os
 import sys
 import time
 import unittest
+import unittest.mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -85,17 +86,61 @@ def sample_of(model, x):
     return model(x).sample
 
 
-def check(name, config, x, pairs, plain, run=sample_of, channels_last=True):
-    """The model autoencoders.<name>(**config), seeded; run(model, x): its output(s); pairs, plain: the expected
-    SwapCounts. Returns the swapped model."""
+def check(name, config, x, pairs, plain, run=sample_of, channels_last=True, padded=0):
+    """The model autoencoders.<name>(**config), seeded; run(model, x): its output(s); pairs, plain, padded: the
+    expected SwapCounts. Returns the swapped model."""
     require()
     cls = vae_class(name)
     with one_thread():
         torch.manual_seed(0)
-        return _check(cls(**config).eval(), x, run, pairs, plain, channels_last)
+        return _check(cls(**config).eval(), x, run, pairs, plain, channels_last, padded)
 
 
-def _check(model, x, run, pairs, plain, channels_last):
+@contextlib.contextmanager
+def counting_pads():
+    """Counts calls of the padded op and of F.pad outside it (the model's code and gnsilu's PaddedInputConv alike; on
+    CPU the op itself runs F.pad of the group norm)."""
+    calls = {"F.pad": 0, "padded op": 0}
+    pad, op = torch.nn.functional.pad, gt._padded_implementation
+    inside = []
+
+    def counted_pad(*args, **kwargs):
+        calls["F.pad"] += 0 if inside else 1
+        return pad(*args, **kwargs)
+
+    def counted_op(*args, **kwargs):
+        calls["padded op"] += 1
+        inside.append(True)
+        try:
+            return op(*args, **kwargs)
+        finally:
+            inside.pop()
+    with unittest.mock.patch.object(torch.nn.functional, "pad", counted_pad), \
+            unittest.mock.patch.object(gt, "_padded_implementation", counted_op):
+        yield calls
+
+
+def _check_padded(model, inputs, run, before, padded):
+    """With the swapped modules taking CPU tensors (the op then runs PyTorch's ops: F.pad of the group norm), each of
+    the `padded` pairs writes its convolution's padded input and the convolution takes it instead of padding: one
+    padded op and one F.pad fewer per pair, and the output bit for bit as before."""
+    with unittest.mock.patch.object(gt, "_DEVICE_TYPES", ("cpu",)), torch.no_grad():
+        for name, v in inputs.items():
+            with counting_pads() as taken:
+                after = as_tuple(run(model, v))
+            for a, b in zip(after, before[name]):
+                assert a.shape == b.shape and torch.equal(a, b), f"{name}: padded output differs"
+            with counting_pads() as plain_calls, unittest.mock.patch.object(gt, "_DEVICE_TYPES", ()):
+                run(model, v)
+            assert taken["padded op"] >= padded, (taken, padded)
+            assert plain_calls["padded op"] == 0
+            assert taken["F.pad"] == plain_calls["F.pad"] - taken["padded op"], (taken, plain_calls)
+    for m in model.modules():
+        if isinstance(m, gt.PaddedInputConv):
+            assert getattr(m, "_gnsilu_padded") is None  # nothing held after a decode
+
+
+def _check(model, x, run, pairs, plain, channels_last, padded=0):
     inputs = {"contiguous": x}
     if channels_last and x.dim() in (4, 5):
         inputs["channels_last"] = x.to(memory_format=channels_last_of(x))
@@ -105,7 +150,8 @@ def _check(model, x, run, pairs, plain, channels_last):
     group_norms = count(model, nn.GroupNorm, exact=False)  # subclasses too (MiniMaxH3VideoGroupNorm)
 
     counts = gt.swap_group_norm_silu(model, return_counts=True)
-    assert counts == gt.SwapCounts(pairs, plain), counts
+    assert counts == gt.SwapCounts(pairs, plain, padded), counts
+    assert count(model, gt.PaddedInputConv) == padded
     assert counts.pairs + counts.plain == group_norms, (counts, group_norms)
     assert count(model, nn.GroupNorm) == 0  # no plain nn.GroupNorm left
     # A pair is a GroupNormSiLU, or a FrameGroupNormContiguous that returns silu(group_norm(x)) for F.silu.
@@ -127,6 +173,8 @@ def _check(model, x, run, pairs, plain, channels_last):
                 assert len(after) == len(before[name])
                 for a, b in zip(after, before[name]):
                     assert a.shape == b.shape and torch.equal(a, b), f"{name}, {mode.__name__}: swapped output differs"
+    if padded:
+        _check_padded(model, inputs, run, before, padded)
     return model
 
 
@@ -222,7 +270,7 @@ def test_autoencoder_kl_hunyuan_video():
     config = dict(block_out_channels=(32, 64), down_block_types=("HunyuanVideoDownBlock3D",) * 2,
                   up_block_types=("HunyuanVideoUpBlock3D",) * 2, layers_per_block=1, norm_num_groups=8,
                   latent_channels=4, spatial_compression_ratio=2, temporal_compression_ratio=4)
-    check("AutoencoderKLHunyuanVideo", config, randn(1, 3, 5, 16, 16), pairs=22, plain=2)
+    check("AutoencoderKLHunyuanVideo", config, randn(1, 3, 5, 16, 16), pairs=22, plain=2, padded=22)
 
 
 def test_autoencoder_kl_cogvideox():
@@ -468,13 +516,15 @@ def test_code_left_behind_by_init_is_examined():
 
 # ---- decoding in slabs of rows (gnsilu.chunked): the whole decode's output, with every GroupNorm over the whole
 # ---- tensor; the slabs are forced small (max_bytes) so that every module taken runs in several slabs.
-def _slab_decode(name, config, latent, expected_kinds, layout=None):
+def _slab_decode(name, config, latent, expected_kinds, layout=None, swap=False):
     require()
     import gnsilu.chunked as gc
     cls = vae_class(name)
     with one_thread():
         torch.manual_seed(0)
         vae = cls(**config).eval().double()  # FP64: the slabs' rounding differences stay near 1e-16
+        if swap:
+            gt.swap_group_norm_silu(vae)
         latent = latent.double()
         if layout is not None:
             latent = latent.contiguous(memory_format=layout)
@@ -530,6 +580,16 @@ def test_slabs_hunyuan_video():
                   latent_channels=4, spatial_compression_ratio=2, temporal_compression_ratio=4)
     _slab_decode("AutoencoderKLHunyuanVideo", config, randn(1, 4, 2, 9, 8),
                  ["HunyuanVideoCausalConv3d", "HunyuanVideoUpsampleCausal3D"])
+
+
+def test_slabs_hunyuan_video_swapped():
+    """After the swap the causal convolutions fed by a GroupNorm+SiLU pair are PaddedInputConvs: slabs take them as the
+    causal convolutions they stand for."""
+    config = dict(block_out_channels=(32, 64), down_block_types=("HunyuanVideoDownBlock3D",) * 2,
+                  up_block_types=("HunyuanVideoUpBlock3D",) * 2, layers_per_block=1, norm_num_groups=8,
+                  latent_channels=4, spatial_compression_ratio=2, temporal_compression_ratio=4)
+    _slab_decode("AutoencoderKLHunyuanVideo", config, randn(1, 4, 2, 9, 8),
+                 ["HunyuanVideoCausalConv3d", "HunyuanVideoUpsampleCausal3D", "PaddedInputConv"], swap=True)
 
 
 def test_slabs_resnet_blocks_without_whole_norm_outputs():
@@ -687,6 +747,15 @@ def test_split_rows_hunyuan_video():
                   up_block_types=("HunyuanVideoUpBlock3D",) * 2, layers_per_block=1, norm_num_groups=8,
                   latent_channels=4, spatial_compression_ratio=2, temporal_compression_ratio=4)
     _split_decode("AutoencoderKLHunyuanVideo", config, randn(1, 4, 2, 9, 8), 2, swap=False)
+
+
+def test_split_rows_hunyuan_video_swapped():
+    """Two ranks, the pairs swapped: the convolutions fed by them are PaddedInputConvs, which take halos as the causal
+    convolutions they stand for."""
+    config = dict(block_out_channels=(32, 64), down_block_types=("HunyuanVideoDownBlock3D",) * 2,
+                  up_block_types=("HunyuanVideoUpBlock3D",) * 2, layers_per_block=1, norm_num_groups=8,
+                  latent_channels=4, spatial_compression_ratio=2, temporal_compression_ratio=4)
+    _split_decode("AutoencoderKLHunyuanVideo", config, randn(1, 4, 2, 9, 8), 2, swap=True)
 
 
 def test_split_rows_errors():

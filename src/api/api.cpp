@@ -34,7 +34,7 @@ const detail::DeviceInfo& usable_device(const detail::ContextScope& scope) {
 void check_pointers(const Problem& p, const detail::Geometry& g, const detail::DeviceInfo& dev,
                     const Workspace& ws, std::size_t needed) {
   const std::size_t x_bytes = static_cast<std::size_t>(g.numel) * dtype_size(p.x_dtype);
-  const std::size_t y_bytes = static_cast<std::size_t>(g.numel) * dtype_size(p.y_dtype);
+  const std::size_t y_bytes = static_cast<std::size_t>(g.y_numel) * dtype_size(p.y_dtype);
   detail::check_device_range("x", p.x, x_bytes, dev);
   detail::check_device_range("y", p.y, y_bytes, dev);
   const std::size_t w_bytes = p.weight != nullptr ? static_cast<std::size_t>(g.c) * dtype_size(p.weight_dtype) : 0;
@@ -43,6 +43,7 @@ void check_pointers(const Problem& p, const detail::Geometry& g, const detail::D
   if (p.bias != nullptr) detail::check_device_range("bias", p.bias, b_bytes, dev);
   const detail::Range x{p.x, x_bytes}, y{p.y, y_bytes}, w{p.weight, w_bytes}, b{p.bias, b_bytes},
       work{ws.data, ws.bytes};
+  if (y.overlaps(x) && g.padded()) detail::throw_invalid("y", "overlaps x; a padded output cannot be in place");
   if (y.overlaps(x) && !(p.x == p.y && dtype_size(p.x_dtype) == dtype_size(p.y_dtype))) {
     detail::throw_invalid("y", "overlaps x; only exact in-place (y == x with dtypes of one size) is allowed");
   }
@@ -140,7 +141,7 @@ void group_norm_apply(const Problem& problem, const int64_t* stats, gnsilu_strea
   const std::size_t bytes = stats_bytes(g);
   detail::check_device_range("stats", stats, bytes, dev);
   const detail::Range in{stats, bytes},
-      y{problem.y, static_cast<std::size_t>(g.numel) * dtype_size(problem.y_dtype)},
+      y{problem.y, static_cast<std::size_t>(g.y_numel) * dtype_size(problem.y_dtype)},
       work{workspace.data, workspace.bytes};
   if (in.overlaps(y)) detail::throw_invalid("stats", "overlaps y");
   if (in.overlaps(work)) detail::throw_invalid("stats", "overlaps workspace");

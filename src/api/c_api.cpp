@@ -95,6 +95,11 @@ gnsilu::Problem problem_of(const gnsilu_problem* given) {
   p.bias_dtype = static_cast<gnsilu::DType>(code_of(c.bias_dtype));
   p.eps = c.eps;
   p.activation = static_cast<gnsilu::Activation>(code_of(c.activation));
+  if (c.pad_count < 0) invalid("pad_count", "is negative");
+  if (c.pad == nullptr && c.pad_count > 0) invalid("pad", "is null but pad_count is " + std::to_string(c.pad_count));
+  p.pad = {c.pad, static_cast<std::size_t>(c.pad_count)};
+  p.pad_mode = static_cast<gnsilu::PadMode>(code_of(c.pad_mode));
+  p.pad_value = c.pad_value;
   return p;
 }
 

@@ -1,5 +1,6 @@
 // The kernel variants: which template instances one (x dtype, y dtype, launch configuration) needs, and
-// compiling them. A variant is one NVRTC program with four kernels (chunk_stats, finalize, apply, fused).
+// compiling them. A variant is one NVRTC program with five kernels (chunk_stats, finalize, apply, fused,
+// apply_padded).
 #pragma once
 
 #include <array>
@@ -23,9 +24,9 @@ struct Variant {
   friend bool operator==(const Variant&, const Variant&) = default;
 };
 
-enum KernelIndex : int { kStats = 0, kFinalize = 1, kApply = 2, kFused = 3, kKernelCount = 4 };
+enum KernelIndex : int { kStats = 0, kFinalize = 1, kApply = 2, kFused = 3, kApplyPadded = 4, kKernelCount = 5 };
 
-// The four name expressions of a variant, in KernelIndex order.
+// The five name expressions of a variant, in KernelIndex order.
 std::array<std::string, kKernelCount> kernel_names(const Variant& variant);
 
 // Compiles the variants (all into one program) for `arch`.

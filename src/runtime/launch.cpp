@@ -88,7 +88,10 @@ void launch_call(const Call& call, const LaunchConfig& config) {
   }
   launch_kernel(d, kernels.kernel(kFinalize), plan.finalize_blocks, plan.finalize_threads, stream, p,
                 "cuLaunchKernel(finalize)", overlap && call.stats_mode != kernel::kStatsRead);
-  if (call.stats_mode != kernel::kStatsWrite) {
+  if (call.stats_mode != kernel::kStatsWrite && g.padded()) {
+    launch_kernel(d, kernels.kernel(kApplyPadded), plan.padded_blocks, kPaddedThreads, stream, p,
+                  "cuLaunchKernel(apply_padded)", overlap);
+  } else if (call.stats_mode != kernel::kStatsWrite) {
     launch_kernel(d, kernels.kernel(kApply), plan.apply_blocks, plan.threads, stream, p, "cuLaunchKernel(apply)",
                   overlap);
   }

@@ -14,7 +14,7 @@ namespace gnsilu::detail {
 // The most dynamic shared memory a chunk_stats launch may ask for (plan.hpp: stats_shared_bytes).
 constexpr int kMaxStatsSharedBytes = 64 * 1024;
 
-// A loaded module and its four kernels. Owns the CUmodule (unloaded in its context on destruction).
+// A loaded module and its five kernels. Owns the CUmodule (unloaded in its context on destruction).
 class LoadedModule {
  public:
   LoadedModule(CUcontext context, const CompiledProgram& program, std::size_t first_name);

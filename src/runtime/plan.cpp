@@ -93,15 +93,82 @@ Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups, Layou
   g.chunks_per_group = s == 0 ? 0 : math::chunks_per_group(s, g.channels_per_group);
   g.chunks_total = g.groups_total * g.chunks_per_group;
   g.layout = s == 1 || g.c == 1 ? Layout::ChannelsFirst : layout;
+  g.y_channels_last = g.layout == Layout::ChannelsLast;
+  g.y_numel = g.numel;
   return g;
 }
 
+void add_padding(Geometry& g, std::span<const int64_t> shape, std::span<const int64_t> pad, PadMode mode,
+                 double value, Layout y_layout) {
+  if (pad.empty()) return;
+  if (pad.data() == nullptr) throw_invalid("pad", "is null");
+  const std::size_t spatial = shape.size() - 2;
+  if (pad.size() % 2 != 0 || pad.size() > 6) {
+    throw_invalid("pad_count", "must be 0, 2, 4 or 6 (F.pad's widths, two per padded dimension), got " +
+                                   std::to_string(pad.size()));
+  }
+  if (pad.size() / 2 > spatial) {
+    throw_invalid("pad", std::to_string(pad.size()) + " widths pad " + std::to_string(pad.size() / 2) +
+                             " dimensions, but x has " + std::to_string(spatial) + " spatial dimensions");
+  }
+  if (mode != PadMode::Constant && mode != PadMode::Replicate) {
+    throw_invalid("pad_mode", "unknown mode " + std::to_string(static_cast<int>(mode)) +
+                                  " (expected CONSTANT=0 or REPLICATE=1)");
+  }
+  math::Padding p{{1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {1, 1, 1}, 1,
+                  mode == PadMode::Replicate ? math::kPadReplicate : math::kPadConstant,
+                  static_cast<float>(value)};
+  // The leading spatial dimensions (all but the last three) are not padded: their product is `outer`.
+  int64_t outer = 1;
+  for (std::size_t i = 2; i + 3 < shape.size(); ++i) outer *= shape[i];
+  constexpr int64_t limit = int64_t{1} << 57;
+  for (int d = 0; d < 3; ++d) {
+    const std::size_t dim = shape.size() - 3 + d;  // dimension d of the last three (absent ones have size 1)
+    if (dim >= 2) p.dims[d] = shape[dim];
+    const std::size_t k = 2 * (2 - d);  // F.pad lists the last dimension first
+    if (k < pad.size()) {
+      for (std::size_t j : {k, k + 1}) {
+        if (pad[j] < 0 || pad[j] > limit) {
+          throw_invalid("pad", "width " + std::to_string(j) + " is " + std::to_string(pad[j]) +
+                                   "; widths are >= 0 (gnsilu pads, it does not crop)");
+        }
+      }
+      p.before[d] = pad[k];
+      p.after[d] = pad[k + 1];
+      if (mode == PadMode::Replicate && p.dims[d] == 0 && p.before[d] + p.after[d] > 0) {
+        throw_invalid("pad", "replicate padding of spatial dimension " + std::to_string(dim) +
+                                 ", which is empty: there is no edge element to repeat");
+      }
+    }
+    p.out_dims[d] = p.dims[d] + p.before[d] + p.after[d];
+  }
+  int64_t out_s = outer;
+  for (int d = 0; d < 3; ++d) {
+    if (p.out_dims[d] > limit || (p.out_dims[d] != 0 && out_s > limit / p.out_dims[d])) {
+      throw_invalid("pad", "the padded output has too many elements");
+    }
+    out_s *= p.out_dims[d];
+  }
+  if (g.c != 0 && out_s > limit / g.c) throw_invalid("pad", "the padded output has too many elements");
+  if (g.n != 0 && g.c * out_s > limit / g.n) throw_invalid("pad", "the padded output has too many elements");
+  p.out_s = out_s;
+  g.pad = p;
+  g.y_numel = g.n * g.c * out_s;
+  g.y_channels_last = y_layout == Layout::ChannelsLast && out_s != 1 && g.c != 1;
+  if (g.numel == 0 && g.y_numel != 0) {
+    throw_invalid("pad", "x has no elements, so its output would be all border; gnsilu pads an output of x");
+  }
+}
+
 bool fused_eligible(const Geometry& g) {
-  return g.chunks_per_group >= 1 && g.chunks_per_group <= kernel::kFusedMaxChunks &&
+  return !g.padded() && g.chunks_per_group >= 1 && g.chunks_per_group <= kernel::kFusedMaxChunks &&
          g.channels_per_group <= kernel::kFusedMaxChannels;
 }
 
 void check_path(const Geometry& g, Path requested) {
+  if (requested == Path::Fused && g.padded()) {
+    throw_invalid("options.path", "a padded output takes the split path (apply_padded); the fused path has none");
+  }
   if (requested == Path::Fused && !fused_eligible(g)) {
     throw_invalid("options.path", "the fused path takes groups of at most " +
                                       std::to_string(kernel::kFusedMaxChunks * math::kChunk / 1024) +
@@ -214,6 +281,16 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, in
     p.span_length = span;
     p.tiles_total = rows * spans;
     plan.apply_blocks = static_cast<unsigned>(std::min<int64_t>(p.tiles_total, max_blocks));
+  }
+  if (g.padded()) {
+    // apply_padded in place of apply: a warp per output line (channel-major) or per (line, slice of channels)
+    // (channels-last), a grid-stride loop over them with 8 blocks of 8 warps per multiprocessor at most.
+    p.pad = g.pad;
+    p.pad_channels_last = g.y_channels_last ? 1 : 0;
+    const int64_t lines = g.pad.out_s / g.pad.out_dims[2];
+    const int64_t items = g.y_channels_last ? g.n * lines * ceil_div(g.c, kPaddedSliceChannels) : g.n * g.c * lines;
+    constexpr int64_t kWarps = kPaddedThreads / 32;
+    plan.padded_blocks = static_cast<unsigned>(std::clamp<int64_t>(ceil_div(items, kWarps), 1, int64_t{8} * sms));
   }
   plan.rows_offset = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(exact::ChunkRecord), kAlign);
   plan.workspace = split_workspace_bytes(g);

@@ -27,11 +27,22 @@ struct Geometry {
   // The layout the kernels see: the problem's, or ChannelsFirst where both layouts are the same memory (s == 1
   // or c == 1).
   Layout layout = Layout::ChannelsFirst;
+  // y: x's shape, or x's with a border (add_padding; pad.mode kPadNone: none), in y_channels_last's layout.
+  math::Padding pad{{1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {1, 1, 1}, 1, math::kPadNone, 0.0f};
+  bool y_channels_last = false;
+  int64_t y_numel = 0;
+  bool padded() const { return pad.mode != math::kPadNone; }
   bool full_chunks() const { return chunks_total * 1024 == numel; }  // every chunk holds 1024 elements
 };
 
 // Checks the shape and group count (throws Error(InvalidArgument) naming "shape", "ndim" or "num_groups").
 Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups, Layout layout = Layout::ChannelsFirst);
+
+// Adds a padded output (Problem::pad, pad_mode, pad_value) to a geometry made from `shape`: checks the widths
+// (throws Error(InvalidArgument) naming "pad", "pad_count" or "pad_mode") and sets pad, y_numel and
+// y_channels_last. No widths: y is x's shape and pad.mode stays kPadNone.
+void add_padding(Geometry& geometry, std::span<const int64_t> shape, std::span<const int64_t> pad, PadMode mode,
+                 double value, Layout y_layout);
 
 // Whether the one-launch kernel can take this geometry (a group's records and constants fit on chip: the limits
 // of kernels/gnsilu_params.cuh).
@@ -46,6 +57,9 @@ kernel::Params params_of(const Geometry& geometry);
 std::size_t split_workspace_bytes(const Geometry& geometry);
 inline std::size_t workspace_bytes(const Geometry& geometry) { return split_workspace_bytes(geometry); }
 
+inline constexpr unsigned kPaddedThreads = 256;  // apply_padded's __launch_bounds__
+inline constexpr int64_t kPaddedSliceChannels = 32 * kernel::kPadPerLane;  // channels-last apply_padded's slices
+
 struct Plan {
   Path path = Path::Split;
   kernel::Params params{};
@@ -56,6 +70,7 @@ struct Plan {
   unsigned finalize_blocks = 0;
   unsigned apply_blocks = 0;
   unsigned fused_blocks = 0;
+  unsigned padded_blocks = 0;     // apply_padded (in place of apply), kPaddedThreads threads a block
   std::size_t workspace = 0;      // bytes the plan needs
   std::size_t rows_offset = 0;    // where the per-row constants start in the workspace
 };

@@ -34,6 +34,7 @@ cache::TuningEntry tune(const Call& call, const cache::TuningKey& key, const Tun
   Problem slice = call.problem;
   slice.shape = shape;
   slice.num_groups = groups;
+  slice.pad = {};  // the scratch output has the slice's shape: candidates are timed on the unpadded call
   const Geometry g = make_geometry(shape, groups, call.geometry.layout);
 
   // The path's default first: the tuner keeps it unless a candidate is clearly faster.

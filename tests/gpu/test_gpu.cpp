@@ -30,6 +30,7 @@
 #include "runtime/kernels.hpp"
 #include "runtime/modules.hpp"
 #include "runtime/plan.hpp"
+#include "runtime/validate.hpp"
 #include "skip.hpp"
 #include "skip_case.hpp"
 #include "support.hpp"
@@ -452,6 +453,104 @@ TEST_CASE("in place, a caller workspace and the default path match the reference
       }
     }
   }
+}
+
+TEST_CASE("a padded output gives the reference's bits in both layouts and modes, and writes only y") {
+  struct PadCase {
+    std::vector<int64_t> dims;
+    int64_t groups;
+    std::vector<int64_t> pad;
+  };
+  // HunyuanVideo's causal conv padding on a decoder-like 5-D tensor (rows of whole vectors and not), a 4-D one,
+  // widths past the dimensions, one pixel, and a 6-D tensor whose leading spatial dimension is not padded.
+  const PadCase cases[] = {
+      {{1, 128, 3, 40, 64}, 32, {1, 1, 1, 1, 2, 0}}, {{2, 64, 5, 33, 17}, 32, {1, 1, 1, 1, 2, 0}},
+      {{1, 96, 70, 90}, 32, {1, 1, 1, 1}},           {{1, 32, 2, 3, 4}, 8, {0, 5, 4, 0, 1, 6}},
+      {{3, 64, 1, 1}, 16, {1, 1, 1, 1}},             {{1, 16, 2, 3, 4, 5}, 4, {1, 1, 1, 1, 1, 1}},
+  };
+  std::size_t runs = 0;
+  for (const auto& c : cases) {
+    const auto n = static_cast<std::size_t>(numel(c.dims));
+    for (Layout layout : {Layout::ChannelsFirst, Layout::ChannelsLast}) {
+      for (auto [xd, yd] : {std::pair{DType::BF16, DType::BF16}, std::pair{DType::FP16, DType::FP32},
+                            std::pair{DType::FP32, DType::BF16}}) {
+        for (gnsilu::PadMode mode : {gnsilu::PadMode::Replicate, gnsilu::PadMode::Constant}) {
+          const auto activation = runs % 3 == 2 ? gnsilu::Activation::None : gnsilu::Activation::SiLU;
+          const int64_t group_length = n / static_cast<std::size_t>(c.dims[0] * c.groups);
+          HostTensor x = make_input(xd, n, static_cast<std::size_t>(group_length), Data::LargeMean, 40 + runs);
+          HostTensor w = make_parameter(DType::FP32, static_cast<std::size_t>(c.dims[1]), 9, 1.0f, 0.5f);
+          HostTensor b = make_parameter(DType::FP32, static_cast<std::size_t>(c.dims[1]), 10, 0.0f, 0.5f);
+          gnsilu::Problem p;
+          p.x = x.data();
+          p.x_dtype = xd;
+          p.y_dtype = yd;
+          p.shape = c.dims;
+          p.num_groups = c.groups;
+          p.weight = w.data();
+          p.bias = b.data();
+          p.x_layout = p.y_layout = layout;
+          p.activation = activation;
+          p.pad = c.pad;
+          p.pad_mode = mode;
+          p.pad_value = -0.75;
+          p.y = x.data();  // a placeholder for the checks that give y's size (validate reads no memory)
+          const gnsilu::detail::Geometry g = gnsilu::detail::validate_problem(p);
+          const auto y_n = static_cast<std::size_t>(g.y_numel);
+          HostTensor expected(yd, y_n), got(yd, y_n);
+          p.y = expected.data();
+          gnsilu::reference_group_norm_silu(p);
+          DeviceMemory dx(x.bytes.size()), dy(got.bytes.size()), dw(w.bytes.size()), db(b.bytes.size());
+          dx.upload(x.data());
+          dw.upload(w.data());
+          db.upload(b.data());
+          p.x = dx.get();
+          p.y = dy.get();
+          p.weight = dw.get();
+          p.bias = db.get();
+          gnsilu::group_norm_silu(p);
+          device_sync();
+          dy.download(got.data());
+          ++runs;
+          const std::string what = std::to_string(c.dims.size()) + "-D C=" + std::to_string(c.dims[1]) + " " +
+                                   gnsilu::layout_name(layout) + " " + gnsilu::dtype_name(xd) + "->" +
+                                   gnsilu::dtype_name(yd) +
+                                   (mode == gnsilu::PadMode::Replicate ? " replicate" : " constant");
+          CHECK_MESSAGE(got.bytes == expected.bytes, what);
+          CHECK_MESSAGE(dy.guards_intact(), what);
+          // The same statistics given (group_norm_apply): the same padded bits.
+          std::vector<int64_t> stats(static_cast<std::size_t>(g.groups_total) * gnsilu::kStatsWords);
+          DeviceMemory dstats(stats.size() * sizeof(int64_t));
+          gnsilu::Problem region = p;
+          region.pad = {};
+          gnsilu::group_stats(region, static_cast<int64_t*>(dstats.get()));
+          dy.fill(0);
+          gnsilu::group_norm_apply(p, static_cast<const int64_t*>(dstats.get()));
+          device_sync();
+          dy.download(got.data());
+          CHECK_MESSAGE(got.bytes == expected.bytes, what << " (group_norm_apply)");
+        }
+      }
+    }
+  }
+  MESSAGE(runs << " padded calls compared");
+  // A padded output may not be written in place, and a y too small for the border is refused before any launch.
+  const std::vector<int64_t> dims{1, 32, 8, 8};
+  const std::vector<int64_t> pad{1, 1, 1, 1};
+  DeviceMemory buffer(2 * 32 * 10 * 10);
+  buffer.fill(0x3C);
+  gnsilu::Problem p;
+  p.x = buffer.get();
+  p.y = buffer.get();
+  p.shape = dims;
+  p.pad = pad;
+  CHECK_THROWS_WITH_AS(gnsilu::group_norm_silu(p), doctest::Contains("'y'"), gnsilu::Error);
+  // y placed so that x's shape would end exactly at the allocation's end (past the guard) and the border past it.
+  p.y = static_cast<char*>(buffer.get()) + buffer.size();
+  CHECK_THROWS_WITH_AS(gnsilu::group_norm_silu(p), doctest::Contains("allocation"), gnsilu::Error);
+  std::vector<unsigned char> after(buffer.size());
+  buffer.download(after.data());
+  CHECK(std::all_of(after.begin(), after.end(), [](unsigned char v) { return v == 0x3C; }));
+  CHECK(buffer.guards_intact());
 }
 
 TEST_CASE("a call captured into a CUDA graph replays to the same bits, in both layouts") {
