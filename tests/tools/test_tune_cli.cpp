@@ -80,7 +80,7 @@ void fake_kernels(const std::string& path, gnsilu::DType x, gnsilu::DType y, gns
     const gnsilu::detail::Variant v{x, y, c, layout, activation};
     KernelImage image;
     image.image = {'f', 'a', 'k', 'e'};
-    image.lowered_names = {"a", "b", "c", "d"};
+    image.lowered_names.assign(gnsilu::detail::kKernelCount, "stand-in");  // one name per kernel of a variant
     REQUIRE(s.put_kernel({90, current(), gnsilu::detail::code_name(v)}, image));
   }
 }
@@ -242,7 +242,7 @@ TEST_CASE("list, show, export, import, merge: round trips and conflicts, parsed 
     REQUIRE(a.put_tuning(entry(key(16, current()), 4, 1.0)));
     KernelImage image;
     image.image = {'c', 'u', 'b', 'i', 'n'};
-    image.lowered_names = {"a", "b", "c", "d"};
+    image.lowered_names.assign(gnsilu::detail::kKernelCount, "stand-in");  // one name per kernel of a variant
     REQUIRE(a.put_kernel({90, current(), "bf16-bf16-e16-w8-s1"}, image));
     Store c(dir.file("c.sqlite"), Store::Mode::ReadWrite);
     REQUIRE(c.put_tuning(entry(key(4, current()), 16, 0.5)));  // better measured than a's
@@ -343,7 +343,7 @@ TEST_CASE("prune drops other kernel versions; report draws every candidate") {
     REQUIRE(a.put_tuning(entry(key(8, "old-version"), 8, 2.0)));
     KernelImage image;
     image.image = {'x'};
-    image.lowered_names = {"a", "b", "c", "d"};
+    image.lowered_names.assign(gnsilu::detail::kKernelCount, "stand-in");  // one name per kernel of a variant
     REQUIRE(a.put_kernel({90, "old-version", "bf16-bf16-e16-w8-s1"}, image));
     REQUIRE(a.put_kernel({90, current(), "bf16-bf16-e16-w8-s1"}, image));
   }
