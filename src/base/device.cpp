@@ -83,7 +83,7 @@ ContextScope::ContextScope(const void* hint) {
 ContextScope::~ContextScope() {
   if (pushed_) {
     CUcontext popped = nullptr;
-    driver().cuCtxPopCurrent_v2(&popped);
+    log_dropped(driver().cuCtxPopCurrent_v2(&popped), "cuCtxPopCurrent (the call's context)");
   }
 }
 

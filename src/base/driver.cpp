@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "base/errors.hpp"
+#include "base/log.hpp"
 
 namespace gnsilu::detail {
 namespace {
@@ -94,12 +95,21 @@ std::string describe(CUresult result) {
   return out;
 }
 
+void log_dropped(CUresult result, const char* what) noexcept {
+  if (result == CUDA_SUCCESS) return;
+  try {
+    if (result == CUDA_ERROR_DEINITIALIZED) logger().debug("{} at exit: {}", what, describe(result));
+    else logger().warn("{} failed in a destructor (nothing else to do about it): {}", what, describe(result));
+  } catch (...) {  // logging itself failed: nothing left to tell
+  }
+}
+
 void StreamDestroy::operator()(CUstream stream) const noexcept {
-  if (stream != nullptr) driver().cuStreamDestroy_v2(stream);
+  if (stream != nullptr) log_dropped(driver().cuStreamDestroy_v2(stream), "cuStreamDestroy");
 }
 
 void EventDestroy::operator()(CUevent event) const noexcept {
-  if (event != nullptr) driver().cuEventDestroy_v2(event);
+  if (event != nullptr) log_dropped(driver().cuEventDestroy_v2(event), "cuEventDestroy");
 }
 
 UniqueStream make_stream(unsigned flags) {

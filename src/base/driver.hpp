@@ -33,7 +33,6 @@ namespace gnsilu::detail {
   X(cuModuleLoadData, "cuModuleLoadData")                                         \
   X(cuModuleUnload, "cuModuleUnload")                                             \
   X(cuModuleGetFunction, "cuModuleGetFunction")                                   \
-  X(cuFuncGetAttribute, "cuFuncGetAttribute")                                     \
   X(cuFuncSetAttribute, "cuFuncSetAttribute")                                     \
   X(cuLaunchKernel, "cuLaunchKernel")                                             \
   X(cuLaunchKernelEx, "cuLaunchKernelEx")                                         \
@@ -51,14 +50,12 @@ namespace gnsilu::detail {
   X(cuMemsetD8Async, "cuMemsetD8Async")                                           \
   X(cuMemcpyDtoDAsync_v2, "cuMemcpyDtoDAsync_v2")                                 \
   X(cuStreamIsCapturing, "cuStreamIsCapturing")                                   \
-  X(cuStreamGetCtx, "cuStreamGetCtx")                                             \
   X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode")       \
   X(cuEventCreate, "cuEventCreate")                                               \
   X(cuEventDestroy_v2, "cuEventDestroy_v2")                                       \
   X(cuEventRecord, "cuEventRecord")                                               \
   X(cuEventSynchronize, "cuEventSynchronize")                                     \
-  X(cuEventElapsedTime, "cuEventElapsedTime")                                     \
-  X(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+  X(cuEventElapsedTime, "cuEventElapsedTime")
 
 struct Driver {
 #define GNSILU_DRIVER_MEMBER(member, symbol) decltype(&::member) member = nullptr;
@@ -76,6 +73,10 @@ bool driver_available(std::string* why = nullptr);
 
 // "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)" style text for a result.
 std::string describe(CUresult result);
+
+// For destructors and other paths that cannot throw: a driver call's failure is logged, never thrown or dropped
+// silently (a debug line where the driver is already shutting down at process exit, a warning otherwise).
+void log_dropped(CUresult result, const char* what) noexcept;
 
 // Owned streams and events: destroyed with their owner (the driver must be loaded to make one).
 struct StreamDestroy {

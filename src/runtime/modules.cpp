@@ -16,32 +16,32 @@
 
 namespace gnsilu::detail {
 
-LoadedModule::LoadedModule(CUcontext context, const CompiledProgram& program, std::size_t first_name)
-    : context_(context) {
-  const Driver& d = driver();
-  GNSILU_CHECK(d.cuModuleLoadData(&module_, program.image.data()));
-  try {
-    for (int k = 0; k < kKernelCount; ++k) {
-      GNSILU_CHECK(d.cuModuleGetFunction(&functions_[static_cast<std::size_t>(k)], module_,
-                                      program.lowered_names[first_name + static_cast<std::size_t>(k)].c_str()));
-    }
-    // chunk_stats may take more than the 48 KiB of dynamic shared memory a launch gets by default (channels-last
-    // tiles of 64-byte slices).
-    GNSILU_CHECK(d.cuFuncSetAttribute(functions_[kStats], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                   kMaxStatsSharedBytes));
-  } catch (...) {
-    d.cuModuleUnload(module_);
-    throw;
-  }
+ModuleHandle::ModuleHandle(CUcontext context, const void* image) : context_(context) {
+  GNSILU_CHECK(driver().cuModuleLoadData(&module_, image));
 }
 
-LoadedModule::~LoadedModule() {
+ModuleHandle::~ModuleHandle() {
   const Driver& d = driver();
-  if (d.cuCtxPushCurrent_v2(context_) == CUDA_SUCCESS) {
-    d.cuModuleUnload(module_);
-    CUcontext popped = nullptr;
-    d.cuCtxPopCurrent_v2(&popped);
+  const CUresult pushed = d.cuCtxPushCurrent_v2(context_);
+  log_dropped(pushed, "cuCtxPushCurrent (unloading a module)");
+  if (pushed != CUDA_SUCCESS) return;
+  log_dropped(d.cuModuleUnload(module_), "cuModuleUnload");
+  CUcontext popped = nullptr;
+  log_dropped(d.cuCtxPopCurrent_v2(&popped), "cuCtxPopCurrent (unloading a module)");
+}
+
+// The module is unloaded by its handle if a kernel cannot be found or configured.
+LoadedModule::LoadedModule(CUcontext context, const CompiledProgram& program, std::size_t first_name)
+    : module_(context, program.image.data()) {
+  const Driver& d = driver();
+  for (int k = 0; k < kKernelCount; ++k) {
+    GNSILU_CHECK(d.cuModuleGetFunction(&functions_[static_cast<std::size_t>(k)], module_.get(),
+                                       program.lowered_names[first_name + static_cast<std::size_t>(k)].c_str()));
   }
+  // chunk_stats may take more than the 48 KiB of dynamic shared memory a launch gets by default (channels-last
+  // tiles of 64-byte slices).
+  GNSILU_CHECK(d.cuFuncSetAttribute(functions_[kStats], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    kMaxStatsSharedBytes));
 }
 
 namespace {

@@ -14,18 +14,29 @@ namespace gnsilu::detail {
 // The most dynamic shared memory a chunk_stats launch may ask for (plan.hpp: stats_shared_bytes).
 constexpr int kMaxStatsSharedBytes = 64 * 1024;
 
-// A loaded module and its five kernels. Owns the CUmodule (unloaded in its context on destruction).
-class LoadedModule {
+// A CUmodule loaded from an image into `context` (current on the caller), unloaded in that context when destroyed
+// (a failure then is logged: log_dropped).
+class ModuleHandle {
  public:
-  LoadedModule(CUcontext context, const CompiledProgram& program, std::size_t first_name);
-  ~LoadedModule();
-  LoadedModule(const LoadedModule&) = delete;
-  LoadedModule& operator=(const LoadedModule&) = delete;
-  CUfunction kernel(KernelIndex k) const { return functions_[k]; }
+  ModuleHandle(CUcontext context, const void* image);  // throws CudaError naming cuModuleLoadData
+  ~ModuleHandle();
+  ModuleHandle(const ModuleHandle&) = delete;
+  ModuleHandle& operator=(const ModuleHandle&) = delete;
+  CUmodule get() const { return module_; }
 
  private:
   CUcontext context_ = nullptr;
   CUmodule module_ = nullptr;
+};
+
+// A loaded module and its five kernels.
+class LoadedModule {
+ public:
+  LoadedModule(CUcontext context, const CompiledProgram& program, std::size_t first_name);
+  CUfunction kernel(KernelIndex k) const { return functions_[k]; }
+
+ private:
+  ModuleHandle module_;
   std::array<CUfunction, kKernelCount> functions_{};
 };
 

@@ -47,13 +47,15 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 void DeviceBuffer::reset() noexcept {
   if (pointer_ == 0) return;
   const Driver& d = driver();
-  if (d.cuCtxPushCurrent_v2(context_) == CUDA_SUCCESS) {
+  const CUresult pushed = d.cuCtxPushCurrent_v2(context_);
+  log_dropped(pushed, "cuCtxPushCurrent (freeing a workspace)");
+  if (pushed == CUDA_SUCCESS) {
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     d.cuThreadExchangeStreamCaptureMode(&mode);
-    d.cuMemFree_v2(pointer_);
+    log_dropped(d.cuMemFree_v2(pointer_), "cuMemFree (a workspace)");
     d.cuThreadExchangeStreamCaptureMode(&mode);
     CUcontext popped = nullptr;
-    d.cuCtxPopCurrent_v2(&popped);
+    log_dropped(d.cuCtxPopCurrent_v2(&popped), "cuCtxPopCurrent (freeing a workspace)");
   }
   pointer_ = 0;
   bytes_ = 0;

@@ -193,21 +193,18 @@ bool tuning_slice(const Geometry& g, std::size_t x_size, std::size_t y_size, std
 
 GpuBackend::GpuBackend(const Call& call, const LaunchConfig& default_config)
     : problem_(call.problem), geometry_(call.geometry), device_(call.device), context_(call.context),
-      path_(call.path), default_config_(default_config), stream_(make_stream()), start_(make_event()),
-      stop_(make_event()) {
-  const Driver& d = driver();
-  // x may still be being written by the caller's stream: start after its work.
-  GNSILU_CHECK(d.cuEventRecord(start_.get(), call.stream));
-  GNSILU_CHECK(d.cuStreamWaitEvent(stream_.get(), start_.get(), 0));
+      path_(call.path), default_config_(default_config),
+      // L2 flushed before each timed run, so that every run reads x from DRAM as a real call would.
+      timer_(call.context, static_cast<std::size_t>(call.device.l2_bytes)) {
+  timer_.wait_for(call.stream);  // x may still be being written by the caller's stream: start after its work
   y_ = DeviceBuffer(context_, static_cast<std::size_t>(geometry_.numel) * dtype_size(problem_.y_dtype));
   workspace_ = DeviceBuffer(context_, std::max<std::size_t>(workspace_bytes(geometry_), 256));
-  // Twice the L2, written before each timed run, so that every run reads x from DRAM as a real call would.
-  flush_ = DeviceBuffer(context_, std::max<std::size_t>(2 * static_cast<std::size_t>(device_.l2_bytes), 1 << 20));
   problem_.y = reinterpret_cast<void*>(y_.get());
 }
 
 GpuBackend::~GpuBackend() {
-  if (stream_) driver().cuStreamSynchronize(stream_.get());  // the buffers, events and stream go after its work
+  // The buffers, events and stream go after its work.
+  log_dropped(driver().cuStreamSynchronize(timer_.stream()), "cuStreamSynchronize (the tuner's stream)");
 }
 
 void GpuBackend::prepare(const LaunchConfig& config) {
@@ -217,29 +214,19 @@ void GpuBackend::prepare(const LaunchConfig& config) {
 }
 
 void GpuBackend::run(const LaunchConfig& config) {
-  launch_call(Call{problem_, geometry_, device_, context_, stream_.get(), path_, reinterpret_cast<void*>(workspace_.get())},
+  launch_call(Call{problem_, geometry_, device_, context_, timer_.stream(), path_,
+                   reinterpret_cast<void*>(workspace_.get())},
               config);
 }
 
-double GpuBackend::time_us(const LaunchConfig& config) {
-  const Driver& d = driver();
-  flush_byte_ = static_cast<unsigned char>(flush_byte_ + 1);
-  GNSILU_CHECK(d.cuMemsetD8Async(flush_.get(), flush_byte_, flush_.size(), stream_.get()));
-  GNSILU_CHECK(d.cuEventRecord(start_.get(), stream_.get()));
-  run(config);
-  GNSILU_CHECK(d.cuEventRecord(stop_.get(), stream_.get()));
-  GNSILU_CHECK(d.cuEventSynchronize(stop_.get()));
-  float ms = 0;
-  GNSILU_CHECK(d.cuEventElapsedTime(&ms, start_.get(), stop_.get()));
-  return 1000.0 * static_cast<double>(ms);
-}
+double GpuBackend::time_us(const LaunchConfig& config) { return timer_.time_us([&] { run(config); }); }
 
 std::vector<unsigned char> GpuBackend::output(const LaunchConfig& config) {
   const Driver& d = driver();
-  GNSILU_CHECK(d.cuMemsetD8Async(y_.get(), 0xFF, y_.size(), stream_.get()));
+  GNSILU_CHECK(d.cuMemsetD8Async(y_.get(), 0xFF, y_.size(), timer_.stream()));
   run(config);
   std::vector<unsigned char> host(y_.size());
-  GNSILU_CHECK(d.cuStreamSynchronize(stream_.get()));
+  GNSILU_CHECK(d.cuStreamSynchronize(timer_.stream()));
   GNSILU_CHECK(d.cuMemcpyDtoH_v2(host.data(), y_.get(), host.size()));
   return host;
 }

@@ -17,6 +17,7 @@
 #include "runtime/call.hpp"
 #include "runtime/plan.hpp"
 #include "runtime/workspace.hpp"
+#include "tuning/event_timer.hpp"
 
 namespace gnsilu::detail {
 
@@ -84,14 +85,10 @@ class GpuBackend final : public TuneBackend {
   CUcontext context_;
   Path path_;
   LaunchConfig default_config_;
-  UniqueStream stream_;
-  UniqueEvent start_;
-  UniqueEvent stop_;
+  EventTimer timer_;
   DeviceBuffer y_;
   DeviceBuffer workspace_;
-  DeviceBuffer flush_;
   std::vector<unsigned char> default_output_;
-  unsigned char flush_byte_ = 0;
 };
 
 // The part of x the tuner times (at most `max_bytes` of x and y together): its shape and group count, a prefix

@@ -2,6 +2,7 @@
 
 #include "base/driver.hpp"
 #include "base/errors.hpp"
+#include "base/log.hpp"
 #include "gnsilu/gnsilu.hpp"
 
 namespace gnsilu::tools {
@@ -32,12 +33,13 @@ PrimaryContext::PrimaryContext(int ordinal) {
 
 PrimaryContext::~PrimaryContext() {
   const auto& d = detail::driver();
-  d.cuCtxSynchronize();
+  detail::log_dropped(d.cuCtxSynchronize(), "cuCtxSynchronize (the tool's context)");
   try {
     release_workspaces();
-  } catch (...) {  // nothing to do about it at this point
+  } catch (const std::exception& e) {  // nothing to do about it at this point but say so
+    detail::logger().warn("releasing the workspaces at exit failed: {}", e.what());
   }
-  d.cuDevicePrimaryCtxRelease_v2(device_);
+  detail::log_dropped(d.cuDevicePrimaryCtxRelease_v2(device_), "cuDevicePrimaryCtxRelease (the tool's context)");
 }
 
 }  // namespace gnsilu::tools
