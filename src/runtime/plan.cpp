@@ -206,8 +206,7 @@ bool vectorizable(const Geometry& g, const Addresses& a) {
 }
 
 Path choose_path(const Geometry& g, Path requested, int sms) {
-  check_path(g, requested);
-  if (requested != Path::Auto) return requested;
+  if (requested != Path::Auto) return requested;  // checked by the caller (check_path)
   const bool eligible = fused_eligible(g);
   // One launch when the whole tensor is small (launch latency dominates) or when there are enough groups to
   // fill the device; three launches otherwise.
@@ -216,11 +215,15 @@ Path choose_path(const Geometry& g, Path requested, int sms) {
              : Path::Split;
 }
 
-Plan make_plan(const Geometry& g, const LaunchConfig& config, Path requested, int sms, const Addresses& a) {
-  check_config(config);
+Plan make_plan(const Geometry& g, const LaunchConfig& config, Path path, int sms, const Addresses& a) {
+  // The caller decided the path (choose_path) and checked the configuration (check_config): asserted, not redone.
+  if (path == Path::Auto || (path == Path::Fused && !fused_eligible(g))) {
+    throw Error(Status::Internal, std::string("gnsilu: a plan was asked for the ") + path_name(path) +
+                                      " path, which was not decided for this geometry (choose_path)");
+  }
   if (sms < 1) sms = 1;
   Plan plan;
-  plan.path = choose_path(g, requested, sms);
+  plan.path = path;
   plan.threads = static_cast<unsigned>(config.warps * 32);
   const int64_t threads = plan.threads;
   const int64_t max_blocks = static_cast<int64_t>(config.programs_per_sm) * sms;

@@ -75,9 +75,9 @@ struct Plan {
   std::size_t rows_offset = 0;    // where the per-row constants start in the workspace
 };
 
-// The path a call takes: `requested`, or for Auto the library's choice (which depends on the geometry and the
-// device, not on the launch configuration). Throws InvalidArgument for Fused when not eligible. The API decides
-// once per call and hands the decided path down (Call::path); make_plan given a decided path keeps it.
+// The path a call takes: `requested` (which check_path accepted), or for Auto the library's choice (which depends on
+// the geometry and the device, not on the launch configuration). The API checks the request before it looks for a
+// device, decides once per call here and hands the decided path down (Call::path).
 Path choose_path(const Geometry& geometry, Path requested, int sms);
 
 // Where x and y lie, for the choice of vector widths (alignment only; 0 counts as aligned).
@@ -88,9 +88,10 @@ struct Addresses {
   std::size_t y_size = 2;
 };
 
-// The launches for `geometry` under `config` on a device with `sms` multiprocessors. `requested` may force a
-// path (Fused is refused with InvalidArgument when not eligible). Pointers in params are left null.
-Plan make_plan(const Geometry& geometry, const LaunchConfig& config, Path requested, int sms,
+// The launches for `geometry` under `config` on a device with `sms` multiprocessors, on `path` as choose_path decided
+// it (Fused or Split; anything else is Error(Internal)); `config` already passed check_config. Pointers in params are
+// left null.
+Plan make_plan(const Geometry& geometry, const LaunchConfig& config, Path path, int sms,
                const Addresses& addresses = {});
 
 // Whether 16-byte vectors can be used: both pointers 16-byte aligned and vectors of 8 elements that stay in one

@@ -274,7 +274,10 @@ TEST_CASE("the plan of a padded call: the split path, apply_padded over y, the w
     CHECK_FALSE(gnsilu::detail::fused_eligible(g));
     CHECK(g.y_numel == 64 * 5 * 42 * 66);
     CHECK(g.y_channels_last == (layout == Layout::ChannelsLast));
-    const auto plan = gnsilu::detail::make_plan(g, gnsilu::default_config(gnsilu::Path::Auto), gnsilu::Path::Auto, 132);
+    CHECK(gnsilu::detail::choose_path(g, gnsilu::Path::Auto, 132) == gnsilu::Path::Split);
+    CHECK_THROWS_WITH_AS(gnsilu::detail::check_path(g, gnsilu::Path::Fused), doctest::Contains("'options.path'"),
+                         gnsilu::Error);
+    const auto plan = gnsilu::detail::make_plan(g, gnsilu::default_config(gnsilu::Path::Auto), gnsilu::Path::Split, 132);
     CHECK(plan.path == gnsilu::Path::Split);
     CHECK(plan.padded_blocks >= 1);
     // A warp per output line of 66 (channel-major: 64 channels x 5 x 42 lines) or per line and slice of 128

@@ -9,6 +9,7 @@
 
 #include "gnsilu/gnsilu.hpp"
 #include "kernels/gnsilu_math.cuh"
+#include "base/launch_config.hpp"
 #include "runtime/plan.hpp"
 #include "runtime/validate.hpp"
 
@@ -124,13 +125,27 @@ TEST_CASE("the path: fused for small tensors and for many groups, split otherwis
   const std::vector<int64_t> large{1, 128, 1024, 1024};    // 2^20-element groups
   const std::vector<int64_t> many{16, 512, 64, 64};        // 512 groups of 64 chunks
   const std::vector<int64_t> few{1, 512, 64, 64};          // 2 Mi elements in 32 groups: split fills the GPU better
-  CHECK(make_plan(make_geometry(small, 32), config, Path::Auto, 132).path == Path::Fused);
-  CHECK(make_plan(make_geometry(large, 32), config, Path::Auto, 132).path == Path::Split);
-  CHECK(make_plan(make_geometry(many, 32), config, Path::Auto, 132).path == Path::Fused);
-  CHECK(make_plan(make_geometry(few, 32), config, Path::Auto, 132).path == Path::Split);
+  CHECK(choose_path(make_geometry(small, 32), Path::Auto, 132) == Path::Fused);
+  CHECK(choose_path(make_geometry(large, 32), Path::Auto, 132) == Path::Split);
+  CHECK(choose_path(make_geometry(many, 32), Path::Auto, 132) == Path::Fused);
+  CHECK(choose_path(make_geometry(few, 32), Path::Auto, 132) == Path::Split);
+  CHECK(choose_path(make_geometry(small, 32), Path::Split, 132) == Path::Split);
+  // The plan keeps the path it is given, decided once by the caller.
+  CHECK(make_plan(make_geometry(small, 32), config, Path::Fused, 132).path == Path::Fused);
   CHECK(make_plan(make_geometry(small, 32), config, Path::Split, 132).path == Path::Split);
-  CHECK_THROWS_WITH_AS(make_plan(make_geometry(large, 32), config, Path::Fused, 132), doctest::Contains("'options.path'"),
+  // A request the geometry cannot take is refused by check_path, before any device is looked for; a plan asked for
+  // an undecided or ineligible path is a bug of the caller (Internal), never a silent choice.
+  CHECK_THROWS_WITH_AS(check_path(make_geometry(large, 32), Path::Fused), doctest::Contains("'options.path'"),
                        gnsilu::Error);
+  CHECK_NOTHROW(check_path(make_geometry(small, 32), Path::Fused));
+  for (Path undecided : {Path::Auto, Path::Fused}) {
+    try {
+      (void)make_plan(make_geometry(large, 32), config, undecided, 132);
+      FAIL("a plan for an undecided or ineligible path");
+    } catch (const gnsilu::Error& e) {
+      CHECK(e.status() == gnsilu::Status::Internal);
+    }
+  }
   const std::vector<int64_t> wide_group{1, 512, 4, 4};  // 512 channels in one group: beyond the fused limit
   CHECK_FALSE(fused_eligible(make_geometry(wide_group, 1)));
 }
@@ -158,14 +173,13 @@ TEST_CASE("split plans cover every chunk, group and element with the configured 
       CHECK(plan.workspace == gnsilu::workspace_size(dims, dims[1] >= 32 ? 32 : 2));
     }
   }
+  // Configurations are checked once, where they enter (the API's options, the tuner's prepare): check_config.
   gnsilu::LaunchConfig bad;
   bad.warps = 0;
-  CHECK_THROWS_WITH_AS(make_plan(make_geometry(std::vector<int64_t>{1, 4}, 2), bad, Path::Auto, 132),
-                       doctest::Contains("'config.warps'"), gnsilu::Error);
+  CHECK_THROWS_WITH_AS(gnsilu::detail::check_config(bad), doctest::Contains("'config.warps'"), gnsilu::Error);
   bad = {};
   bad.elems_per_load = 12;
-  CHECK_THROWS_WITH_AS(make_plan(make_geometry(std::vector<int64_t>{1, 4}, 2), bad, Path::Auto, 132),
-                       doctest::Contains("'config.elems_per_load'"), gnsilu::Error);
+  CHECK_THROWS_WITH_AS(gnsilu::detail::check_config(bad), doctest::Contains("'config.elems_per_load'"), gnsilu::Error);
 }
 
 TEST_CASE("16-byte vectors need aligned pointers and rows of a multiple of 8 elements") {
