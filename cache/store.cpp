@@ -395,7 +395,7 @@ void Store::release(const std::string& key, const std::string& owner) {
 LeaseHeartbeat::LeaseHeartbeat(std::string path, std::string key, std::string owner, double period_seconds,
                                double lease_seconds)
     : thread_([this, path = std::move(path), key = std::move(key), owner = std::move(owner), period_seconds,
-               lease_seconds](std::stop_token stop) {
+               lease_seconds](const std::stop_token& stop) {
         std::unique_ptr<Store> store;
         std::mutex m;
         std::condition_variable_any wake;

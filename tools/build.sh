@@ -12,5 +12,5 @@ ci_args=()
 if [[ ${CI:-} == true ]]; then
   ci_args+=(-DGNSILU_WARNINGS_AS_ERRORS=ON)  # CI (CI=true): compiler warnings fail the build
 fi
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="${GNSILU_BUILD_TYPE:-Release}" "${ci_args[@]}" "$@" >/dev/null
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="${GNSILU_BUILD_TYPE:-Release}" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "${ci_args[@]}" "$@" >/dev/null
 cmake --build "$build" -j "$(nproc)"

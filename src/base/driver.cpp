@@ -31,6 +31,8 @@ Loaded load() {
     return out;
   }
   Driver& d = out.driver;
+// `member` names a member (d.member) and `symbol` is a string literal: parentheses would break the first.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define GNSILU_DRIVER_RESOLVE(member, symbol)                                              \
   d.member = reinterpret_cast<decltype(d.member)>(dlsym(handle, symbol));                  \
   if (d.member == nullptr) {                                                               \
@@ -40,6 +42,7 @@ Loaded load() {
   }
   GNSILU_DRIVER_FUNCTIONS(GNSILU_DRIVER_RESOLVE)
 #undef GNSILU_DRIVER_RESOLVE
+  // NOLINTEND(bugprone-macro-parentheses)
   const CUresult init = d.cuInit(0);
   if (init == CUDA_ERROR_STUB_LIBRARY) {
     out.why = "no CUDA driver: " + path + " is the toolkit's stub library, not a driver";

@@ -58,6 +58,7 @@ namespace gnsilu::detail {
   X(cuEventElapsedTime, "cuEventElapsedTime")
 
 struct Driver {
+// NOLINTNEXTLINE(bugprone-macro-parentheses): `member` names a declaration, which parentheses would break
 #define GNSILU_DRIVER_MEMBER(member, symbol) decltype(&::member) member = nullptr;
   GNSILU_DRIVER_FUNCTIONS(GNSILU_DRIVER_MEMBER)
 #undef GNSILU_DRIVER_MEMBER

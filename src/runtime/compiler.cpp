@@ -109,6 +109,7 @@ CompiledProgram compile(const CompileRequest& request) {
   options.insert(options.end(), request.extra_options.begin(), request.extra_options.end());
   if (take_fault(Fault::Compile)) options.push_back("--gnsilu-injected-fault");
   std::vector<const char*> option_ptrs;
+  option_ptrs.reserve(options.size());
   for (const auto& o : options) option_ptrs.push_back(o.c_str());
   out.options = join(options, " ");
 

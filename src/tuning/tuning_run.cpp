@@ -44,6 +44,7 @@ cache::TuningEntry tune(const Call& call, const cache::TuningKey& key, const Tun
   if (!hooks.backend) {
     // Compile every candidate first, in parallel (a later process finds them in the cache file).
     std::vector<std::thread> compilers;
+    compilers.reserve(candidates.size());
     for (const auto& c : candidates) {
       compilers.emplace_back([&, c] {
         try {

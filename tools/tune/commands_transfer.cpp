@@ -211,7 +211,7 @@ int run_prune(const TransferOptions& o) {
   const std::string path = cache_path(o.common.cache);
   if (!file_exists(path)) throw CliError(kBadInput, path + ": no such cache file");
   auto store = o.dry_run ? open_for_reading(path) : open_for_writing(path);
-  const std::string current = detail::code_version();
+  const std::string& current = detail::code_version();
   int entries = 0, kernels = 0;
   for (const auto& e : store->all_tuning()) {
     if (e.key.code_version == current) continue;

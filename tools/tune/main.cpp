@@ -54,7 +54,8 @@ void add_common(CLI::App* sub, Common& c, bool json = true) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// The command line read and run; main() turns anything this throws while setting the line up into exit 1.
+int run_command_line(int argc, char** argv) {
   handle_interrupts();
   CLI::App app("gnsilu-tune " + std::string(gnsilu::version()) +
                ": pre-warm gnsilu's tuning and kernel cache, and carry it between identical machines.");
@@ -212,4 +213,13 @@ int main(int argc, char** argv) {
     return kFailed;
   }
   return kUsage;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run_command_line(argc, argv);
+  } catch (const std::exception& err) {  // building the command line itself failed (out of memory, ...)
+    std::fprintf(stderr, "gnsilu-tune: %s\n", err.what());
+    return kFailed;
+  }
 }

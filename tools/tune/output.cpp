@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 
@@ -19,7 +20,7 @@ double now_seconds() {
 }
 
 std::string clock_text(double seconds) {
-  const auto s = static_cast<long long>(seconds + 0.5);
+  const auto s = std::llround(seconds);
   char buf[32];
   std::snprintf(buf, sizeof buf, "%lld:%02lld", s / 60, s % 60);
   return buf;
