@@ -204,7 +204,11 @@ WarmResult warm_key(const Call& call, bool retune, const WaitOptions& wait) {
 }
 
 WarmResult warm_key(const Call& call, bool retune, const WaitOptions& wait, const TuningHooks& hooks) {
-  const cache::TuningKey key = tuning_key(call);
+  return warm_key(call, tuning_key(call), retune, wait, hooks);
+}
+
+WarmResult warm_key(const Call& call, const cache::TuningKey& key, bool retune, const WaitOptions& wait,
+                    const TuningHooks& hooks) {
   auto store = cache::process_cache();
   if (!retune) {
     if (auto e = usable_entry(*store, key)) {

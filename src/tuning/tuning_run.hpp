@@ -77,6 +77,9 @@ const TuningHooks& gpu_hooks();
 // cover tuning_slice_of()'s shape, not the whole tensor. Throws only for driver failures outside tuning.
 WarmResult warm_key(const Call& call, bool retune, const WaitOptions& wait = {});
 WarmResult warm_key(const Call& call, bool retune, const WaitOptions& wait, const TuningHooks& hooks);
+// The same with the call's key as the caller computed it (tuning_key(call)): gnsilu-tune warm keys its rows once.
+WarmResult warm_key(const Call& call, const cache::TuningKey& key, bool retune, const WaitOptions& wait,
+                    const TuningHooks& hooks = gpu_hooks());
 
 // Tunes `key` (call's) unless another live process holds its lease in the user file; then waits as `wait` says
 // for that process's entry, claiming again every claim_every (the lease is taken over when its holder has died

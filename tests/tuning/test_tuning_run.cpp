@@ -190,6 +190,13 @@ TEST_CASE("a key is tuned once and stored; the next warm finds it") {
   REQUIRE(second.entry);
   CHECK(second.entry->winner == script->fastest);
   CHECK(script->made == 1);
+  // With the key its caller computed (gnsilu-tune keys its rows once): the same entry, nothing timed again.
+  const WarmResult keyed = warm_key(call, tuning_key(call), false, waiting_up_to(5), hooks);
+  CHECK(keyed.outcome == O::Cached);
+  CHECK(keyed.key.text() == first.key.text());
+  REQUIRE(keyed.entry);
+  CHECK(keyed.entry->winner == script->fastest);
+  CHECK(script->made == 1);
 }
 
 TEST_CASE("retune times a cached key again and replaces its entry") {

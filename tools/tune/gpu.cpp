@@ -135,7 +135,7 @@ std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requ
         std::snprintf(buf, sizeof buf, "%.0f of %.0f s", waited, wait_seconds);
         progress.note("waiting for another process tuning " + key_text(row.key) + " (" + holder + "): " + buf);
       };
-      const detail::WarmResult w = detail::warm_key(call, retune, wait);
+      const detail::WarmResult w = detail::warm_key(call, row.key, retune, wait);  // keyed once, in keys_of
       using O = detail::WarmResult::Outcome;
       row.outcome = w.outcome == O::Cached           ? "cached"
                     : w.outcome == O::Tuned          ? "tuned"
