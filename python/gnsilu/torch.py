@@ -50,6 +50,7 @@ from torch import nn
 
 from . import _api, _fusion
 from ._api import group_norm, layout_of
+from ._checks import _padded_shape
 from ._errors import LibraryNotFoundError, UnsupportedDeviceError
 
 __all__ = ["GroupNormSiLU", "GroupNorm", "FrameGroupNorm", "FrameGroupNormContiguous", "SwapCounts", "swap_group_norm_silu", "OP_SCHEMA"]
@@ -115,19 +116,11 @@ PADDED_OP_SCHEMA = ("group_norm_padded(Tensor x, int num_groups, Tensor? weight,
 _PAD_MODES = ("constant", "replicate")
 
 
-def _padded_shape(shape, pad):
-    """The shape of F.pad(t, pad) for t of `shape` (pad lists widths last dimension first)."""
-    shape = list(shape)
-    for k in range(len(pad) // 2):
-        shape[len(shape) - 1 - k] += pad[2 * k] + pad[2 * k + 1]
-    return shape
-
-
 def _empty_padded_output(x, pad, out_dtype):
     """The padded op's output: F.pad(x)'s shape in x's memory format (channels-last when x is, else contiguous) and
     out_dtype (default x's dtype)."""
     dtype = x.dtype if out_dtype is None else out_dtype
-    shape = _padded_shape(x.shape, pad)
+    shape = list(_padded_shape(x.shape, pad))
     if x.dim() >= 3 and layout_of(x.shape, x.stride()) == "channels_last" and x.shape[1] != 1 \
             and any(size != 1 for size in x.shape[2:]):
         order = (0, *range(2, x.dim()), 1)
