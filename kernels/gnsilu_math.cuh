@@ -301,6 +301,20 @@ GNSILU_HD double load_parameter(const void* p, int dtype, i64 i, double fallback
   return static_cast<double>(static_cast<const float*>(p)[i]);
 }
 
+// q = a / b and r = a % b for a >= 0, b >= 1, in 32-bit arithmetic when both fit (the common case): a 64-bit
+// division is a subroutine call on the GPU.
+GNSILU_HD void divide_small(i64 a, i64 b, i64& q, i64& r) {
+  if (((a | b) >> 32) == 0) {
+    const u32 ua = static_cast<u32>(a), ub = static_cast<u32>(b);
+    const u32 uq = ua / ub;
+    q = uq;
+    r = ua - uq * ub;
+  } else {
+    q = a / b;
+    r = a - q * b;
+  }
+}
+
 // ---- padded output: y is the output with a border on the last three spatial dimensions -------------------
 // (PyTorch's F.pad(y, ...) of the unpadded output, written by the same launch.) A position of a channel's padded
 // spatial block reads the element of x it shows: itself inside, the nearest edge element for replicate padding;
@@ -320,10 +334,9 @@ struct Padding {
 // where the line lies on a constant border. A shown line's positions show x's elements clamped (replicate) or, on
 // a constant border, none (padded_source).
 GNSILU_HD bool padded_line(const Padding& pad, i64 line, i64& source) {
-  const i64 h_out = line % pad.out_dims[1];
-  const i64 rest = line / pad.out_dims[1];
-  const i64 d_out = rest % pad.out_dims[0];
-  const i64 outer = rest / pad.out_dims[0];
+  i64 rest, h_out, outer, d_out;
+  divide_small(line, pad.out_dims[1], rest, h_out);
+  divide_small(rest, pad.out_dims[0], outer, d_out);
   i64 d = d_out - pad.before[0], h = h_out - pad.before[1];
   const bool inside = d >= 0 && d < pad.dims[0] && h >= 0 && h < pad.dims[1];
   if (!inside && pad.mode != kPadReplicate) return false;

@@ -65,8 +65,6 @@ struct Params {
   int cl_ty;             //   and along pixels (cl_tx * cl_ty <= threads per block)
   int cl_fused_width;    // channels-last fused kernel: channels per vector (8, 4 or 1)
   math::Padding pad;     // apply_padded: y's border (mode kPadNone: y has x's shape, apply_padded is not launched)
-  int pad_channels_last; // apply_padded: y (and x) channels-last; x's two layouts are then the same memory or
-                         // x's layout is y's
   int stats_mode;        // finalize: 0 the group's statistics from its chunk records, into row constants; 1 the same
                          // statistics written to group_stats instead (no rows); 2 rows from group_stats (no records)
 };

@@ -1237,11 +1237,11 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Par
 // (outer, d', h') of the last three spatial dimensions, which all show one line of x (math::padded_line) or, on a
 // constant border, none. An element inside, or on a replicate border, is y of the element of x it shows, computed as
 // apply computes it (transform_values with its row's constants), so the border holds F.pad's copy of the unpadded
-// output's bits; a constant border is the value rounded to y's dtype. Channel-major (p.pad_channels_last 0): a warp
-// per line of one (sample, channel), lanes across W' (consecutive elements), kPadPerLane at a time. Channels-last: a
-// warp per (sample, line, slice of 32 kPadPerLane channels), each lane keeping its channels' constants in registers
-// and walking the W' pixels. x's layout is y's here (or x's two layouts are one memory). kPadPerLane:
-// gnsilu_params.cuh.
+// output's bits; a constant border is the value rounded to y's dtype. LAYOUT is y's (the variant's: where x's two
+// layouts are one memory, the host picks y's). Channel-major: a warp per line of one (sample, channel), lanes across
+// W' (consecutive elements), kPadPerLane at a time. Channels-last: a warp per (sample, line, slice of 32 kPadPerLane
+// channels), each lane keeping its channels' constants in registers and walking the W' pixels. One layout per
+// instance: with both in one kernel ptxas spilled on sm_100 and later. kPadPerLane: gnsilu_params.cuh.
 
 template <int XT, int YT, int ACT>
 __device__ __forceinline__ void padded_values(float (&v)[kPadPerLane], const bool (&shows)[kPadPerLane],
@@ -1255,8 +1255,9 @@ __device__ __forceinline__ void padded_values(float (&v)[kPadPerLane], const boo
   for (int k = 0; k < kPadPerLane; ++k) v[k] = shows[k] ? v[k] : border;
 }
 
-template <int XT, int YT, int ACT>
+template <int XT, int YT, int LAYOUT, int ACT>
 __global__ void __launch_bounds__(256) apply_padded(const Params p) {
+  static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
   wait_for_previous_kernel();
   const math::Padding& pad = p.pad;
   const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
@@ -1266,7 +1267,7 @@ __global__ void __launch_bounds__(256) apply_padded(const Params p) {
   const i64 width = pad.dims[2], out_width = pad.out_dims[2], before = pad.before[2];
   const i64 lines = pad.out_s / out_width;  // output lines per (sample, channel)
   constexpr int kSpan = 32 * kPadPerLane;
-  if (!p.pad_channels_last) {
+  if constexpr (LAYOUT == kChannelsFirst) {
     for (i64 item = first; item < p.n * p.c * lines; item += warps) {
       i64 row, line, source = 0;
       divide(item, lines, row, line);

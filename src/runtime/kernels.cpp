@@ -23,7 +23,7 @@ std::array<std::string, kKernelCount> kernel_names(const Variant& v) {
       "gnsilu::kernel::finalize<" + x + "," + l + ">",
       "gnsilu::kernel::apply<" + x + "," + y + "," + w + "," + e + "," + l + "," + a + ">",
       "gnsilu::kernel::fused<" + x + "," + y + "," + w + "," + e + "," + l + "," + a + ">",
-      "gnsilu::kernel::apply_padded<" + x + "," + y + "," + a + ">",
+      "gnsilu::kernel::apply_padded<" + x + "," + y + "," + l + "," + a + ">",
   };
 }
 

@@ -155,6 +155,8 @@ void add_padding(Geometry& g, std::span<const int64_t> shape, std::span<const in
   g.pad = p;
   g.y_numel = g.n * g.c * out_s;
   g.y_channels_last = y_layout == Layout::ChannelsLast && out_s != 1 && g.c != 1;
+  // The kernels' layout is y's: where y is channels-last, x is too or its two layouts are one memory (one pixel).
+  if (g.y_channels_last) g.layout = Layout::ChannelsLast;
   if (g.numel == 0 && g.y_numel != 0) {
     throw_invalid("pad", "x has no elements, so its output would be all border; gnsilu pads an output of x");
   }
@@ -289,7 +291,6 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path path, int sms
     // apply_padded in place of apply: a warp per output line (channel-major) or per (line, slice of channels)
     // (channels-last), a grid-stride loop over them with 8 blocks of 8 warps per multiprocessor at most.
     p.pad = g.pad;
-    p.pad_channels_last = g.y_channels_last ? 1 : 0;
     const int64_t lines = g.pad.out_s / g.pad.out_dims[2];
     const int64_t items = g.y_channels_last ? g.n * lines * ceil_div(g.c, kPaddedSliceChannels) : g.n * g.c * lines;
     constexpr int64_t kWarps = kPaddedThreads / 32;
