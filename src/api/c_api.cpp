@@ -73,6 +73,13 @@ gnsilu::Problem problem_of(const gnsilu_problem* given) {
   gnsilu_problem c;
   gnsilu_problem_init(&c);
   std::memcpy(&c, given, std::min(size, sizeof c));
+  // Fields added after the first version that the caller's struct does not hold whole keep their defaults (a size
+  // that ends inside one must not hand over half a pointer or half a double).
+  const auto holds = [size](std::size_t offset, std::size_t bytes) { return size >= offset + bytes; };
+  if (!holds(offsetof(gnsilu_problem, pad), sizeof c.pad)) c.pad = nullptr;
+  if (!holds(offsetof(gnsilu_problem, pad_count), sizeof c.pad_count)) c.pad_count = 0;
+  if (!holds(offsetof(gnsilu_problem, pad_mode), sizeof c.pad_mode)) c.pad_mode = GNSILU_PAD_CONSTANT;
+  if (!holds(offsetof(gnsilu_problem, pad_value), sizeof c.pad_value)) c.pad_value = 0.0;
   const auto* bytes = reinterpret_cast<const unsigned char*>(given);
   for (std::size_t i = sizeof c; i < size; ++i) {
     if (bytes[i] != 0) {

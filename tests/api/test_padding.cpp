@@ -3,6 +3,7 @@
 // checks; the C struct's new fields (an older caller's struct reads no padding); the plan of a padded call.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -259,6 +260,11 @@ TEST_CASE("the C struct: pad, pad_count, pad_mode, pad_value; an older caller's 
   std::vector<float> unpadded(60, 9.0f);
   c.y = unpadded.data();
   c.struct_size = offsetof(gnsilu_problem, pad);
+  REQUIRE_MESSAGE(gnsilu_reference_group_norm(&c, 1) == GNSILU_SUCCESS, gnsilu_last_error());
+  for (float v : unpadded) CHECK(v == 0.0f);
+  // A size that ends inside a field (here pad_count): that field keeps its default (0: no padding), never half of it.
+  std::fill(unpadded.begin(), unpadded.end(), 9.0f);
+  c.struct_size = offsetof(gnsilu_problem, pad_count) + 2;
   REQUIRE_MESSAGE(gnsilu_reference_group_norm(&c, 1) == GNSILU_SUCCESS, gnsilu_last_error());
   for (float v : unpadded) CHECK(v == 0.0f);
 }

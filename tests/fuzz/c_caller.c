@@ -2,6 +2,8 @@
  * says gnsilu_dtype, gnsilu_tune_policy or gnsilu_status, which is valid C but could not be written in C++
  * without undefined behaviour in the harness itself. Statuses come back as int so that the harness can check
  * their range without relying on them. Also checks that the header compiles as C. */
+#include <stddef.h>
+
 #include "gnsilu/gnsilu.h"
 
 int fuzz_c_group_norm_silu(const void* x, int x_dtype, void* y, int y_dtype, const int64_t* shape, int ndim,
@@ -48,3 +50,6 @@ int fuzz_c_group_norm(size_t struct_size, size_t buffer_size, unsigned char tail
 }
 
 size_t fuzz_c_problem_size(void) { return sizeof(gnsilu_problem); }
+
+/* The size of the first version of gnsilu_problem (up to `activation`): the smallest struct_size accepted. */
+size_t fuzz_c_problem_first_size(void) { return offsetof(gnsilu_problem, activation) + sizeof(int); }
