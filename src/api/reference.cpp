@@ -83,7 +83,7 @@ void run_groups(const Problem& p, const detail::Geometry& g, const Stages& stage
           row_constants(stats, load_parameter(p.weight, static_cast<int>(p.weight_dtype), channel, 1.0),
                         load_parameter(p.bias, static_cast<int>(p.bias_dtype), channel, 0.0));
       if (g.padded()) {  // y = F.pad(output): every position of y, from the element of x it shows
-        const Indexer out{g.c, g.pad.out_s, g.y_channels_last};
+        const Indexer out{g.c, g.pad.out_s, g.layout == Layout::ChannelsLast};
         for (i64 q = 0; q < g.pad.out_s; ++q) {
           i64 source = 0;
           const float v = padded_source(g.pad, q, source)

@@ -93,7 +93,6 @@ Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups, Layou
   g.chunks_per_group = s == 0 ? 0 : math::chunks_per_group(s, g.channels_per_group);
   g.chunks_total = g.groups_total * g.chunks_per_group;
   g.layout = s == 1 || g.c == 1 ? Layout::ChannelsFirst : layout;
-  g.y_channels_last = g.layout == Layout::ChannelsLast;
   g.y_numel = g.numel;
   return g;
 }
@@ -154,9 +153,8 @@ void add_padding(Geometry& g, std::span<const int64_t> shape, std::span<const in
   p.out_s = out_s;
   g.pad = p;
   g.y_numel = g.n * g.c * out_s;
-  g.y_channels_last = y_layout == Layout::ChannelsLast && out_s != 1 && g.c != 1;
   // The kernels' layout is y's: where y is channels-last, x is too or its two layouts are one memory (one pixel).
-  if (g.y_channels_last) g.layout = Layout::ChannelsLast;
+  if (y_layout == Layout::ChannelsLast && out_s != 1 && g.c != 1) g.layout = Layout::ChannelsLast;
   if (g.numel == 0 && g.y_numel != 0) {
     throw_invalid("pad", "x has no elements, so its output would be all border; gnsilu pads an output of x");
   }
@@ -292,7 +290,8 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path path, int sms
     // (channels-last), a grid-stride loop over them with 8 blocks of 8 warps per multiprocessor at most.
     p.pad = g.pad;
     const int64_t lines = g.pad.out_s / g.pad.out_dims[2];
-    const int64_t items = g.y_channels_last ? g.n * lines * ceil_div(g.c, kPaddedSliceChannels) : g.n * g.c * lines;
+    const int64_t items = g.layout == Layout::ChannelsLast ? g.n * lines * ceil_div(g.c, kPaddedSliceChannels)
+                                                           : g.n * g.c * lines;
     constexpr int64_t kWarps = kPaddedThreads / 32;
     plan.padded_blocks = static_cast<unsigned>(std::clamp<int64_t>(ceil_div(items, kWarps), 1, int64_t{8} * sms));
   }

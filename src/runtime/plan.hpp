@@ -24,12 +24,11 @@ struct Geometry {
   int64_t chunks_per_group = 0;
   int64_t chunks_total = 0;
   int64_t numel = 0;
-  // The layout the kernels see: the problem's, or ChannelsFirst where both layouts are the same memory (s == 1
-  // or c == 1).
+  // The layout the kernels see, x's and y's: the problem's, or ChannelsFirst where both layouts are the same memory
+  // (s == 1 or c == 1; with a padded output, y's layout where y's two are not: add_padding).
   Layout layout = Layout::ChannelsFirst;
-  // y: x's shape, or x's with a border (add_padding; pad.mode kPadNone: none), in y_channels_last's layout.
+  // y: x's shape, or x's with a border (add_padding; pad.mode kPadNone: none), in `layout`.
   math::Padding pad{{1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {1, 1, 1}, 1, math::kPadNone, 0.0f};
-  bool y_channels_last = false;
   int64_t y_numel = 0;
   bool padded() const { return pad.mode != math::kPadNone; }
   bool full_chunks() const { return chunks_total * 1024 == numel; }  // every chunk holds 1024 elements
@@ -39,8 +38,9 @@ struct Geometry {
 Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups, Layout layout = Layout::ChannelsFirst);
 
 // Adds a padded output (Problem::pad, pad_mode, pad_value) to a geometry made from `shape`: checks the widths
-// (throws Error(InvalidArgument) naming "pad", "pad_count" or "pad_mode") and sets pad, y_numel and
-// y_channels_last. No widths: y is x's shape and pad.mode stays kPadNone.
+// (throws Error(InvalidArgument) naming "pad", "pad_count" or "pad_mode") and sets pad, y_numel and, where x's two
+// layouts are one memory but the padded y's are not, the layout (y_layout). No widths: y is x's shape and pad.mode
+// stays kPadNone.
 void add_padding(Geometry& geometry, std::span<const int64_t> shape, std::span<const int64_t> pad, PadMode mode,
                  double value, Layout y_layout);
 

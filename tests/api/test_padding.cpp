@@ -279,7 +279,7 @@ TEST_CASE("the plan of a padded call: the split path, apply_padded over y, the w
     CHECK(g.padded());
     CHECK_FALSE(gnsilu::detail::fused_eligible(g));
     CHECK(g.y_numel == 64 * 5 * 42 * 66);
-    CHECK(g.y_channels_last == (layout == Layout::ChannelsLast));
+    CHECK(g.layout == layout);
     CHECK(gnsilu::detail::choose_path(g, gnsilu::Path::Auto, 132) == gnsilu::Path::Split);
     CHECK_THROWS_WITH_AS(gnsilu::detail::check_path(g, gnsilu::Path::Fused), doctest::Contains("'options.path'"),
                          gnsilu::Error);
