@@ -329,14 +329,11 @@ struct Padding {
   int mode;         // kPadNone, kPadConstant (the border is `value`) or kPadReplicate
   float value;      // the constant border, before its rounding to y's dtype
 };
-// Whether output line `line` (the out_dims[2] positions of one (outer, d', h'), 0 <= line < out_s / out_dims[2])
-// shows a line of x, which is then line *source (its first element at *source * dims[2] of x's channel); false
-// where the line lies on a constant border. A shown line's positions show x's elements clamped (replicate) or, on
-// a constant border, none (padded_source).
-GNSILU_HD bool padded_line(const Padding& pad, i64 line, i64& source) {
-  i64 rest, h_out, outer, d_out;
-  divide_small(line, pad.out_dims[1], rest, h_out);
-  divide_small(rest, pad.out_dims[0], outer, d_out);
+// Whether output line (outer, d_out, h_out) (the out_dims[2] positions of one (outer, d', h') of a channel's padded
+// block) shows a line of x, which is then line *source (its first element at *source * dims[2] of x's channel);
+// false where the line lies on a constant border. A shown line's positions show x's elements clamped (replicate)
+// or, on a constant border, none (padded_source).
+GNSILU_HD bool padded_line_at(const Padding& pad, i64 outer, i64 d_out, i64 h_out, i64& source) {
   i64 d = d_out - pad.before[0], h = h_out - pad.before[1];
   const bool inside = d >= 0 && d < pad.dims[0] && h >= 0 && h < pad.dims[1];
   if (!inside && pad.mode != kPadReplicate) return false;
@@ -344,6 +341,13 @@ GNSILU_HD bool padded_line(const Padding& pad, i64 line, i64& source) {
   h = h < 0 ? 0 : (h >= pad.dims[1] ? pad.dims[1] - 1 : h);
   source = (outer * pad.dims[0] + d) * pad.dims[1] + h;
   return true;
+}
+// The same for line `line` of a channel's padded block (0 <= line < out_s / out_dims[2]).
+GNSILU_HD bool padded_line(const Padding& pad, i64 line, i64& source) {
+  i64 rest, h_out, outer, d_out;
+  divide_small(line, pad.out_dims[1], rest, h_out);
+  divide_small(rest, pad.out_dims[0], outer, d_out);
+  return padded_line_at(pad, outer, d_out, h_out, source);
 }
 // Whether padded position q (0 <= q < out_s) shows an element of x, which is then at position *source of x's
 // channel; false for the constant border.

@@ -12,8 +12,8 @@ namespace kernel {
 inline constexpr int kFusedMaxChunks = 64;     // chunks of 1024 elements: groups of at most 64 Ki elements
 inline constexpr int kFusedMaxChannels = 256;  // channels per group
 
-// apply_padded: elements a lane holds at a time (channels-last: a warp takes slices of 32 kPadPerLane channels).
-inline constexpr int kPadPerLane = 4;
+// Channels-last apply_padded: a warp takes slices of 32 kPadPerLane channels (a lane's 8 are one 16-byte vector).
+inline constexpr int kPadPerLane = 8;
 
 // finalize's stats_mode (Params::stats_mode).
 inline constexpr int kStatsOwn = 0;
@@ -65,6 +65,7 @@ struct Params {
   int cl_ty;             //   and along pixels (cl_tx * cl_ty <= threads per block)
   int cl_fused_width;    // channels-last fused kernel: channels per vector (8, 4 or 1)
   math::Padding pad;     // apply_padded: y's border (mode kPadNone: y has x's shape, apply_padded is not launched)
+  int pad_vectors;       // channel-major apply_padded: x and y 16-byte aligned (pieces of y are 16-byte vectors)
   int stats_mode;        // finalize: 0 the group's statistics from its chunk records, into row constants; 1 the same
                          // statistics written to group_stats instead (no rows); 2 rows from group_stats (no records)
 };

@@ -791,18 +791,6 @@ __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, c
   }
 }
 
-// q = a / b and r = a % b for a >= 0, b >= 1, in 32-bit arithmetic when both fit (the common case).
-__device__ __forceinline__ void divide(i64 a, i64 b, i64& q, i64& r) {
-  if (((a | b) >> 32) == 0) {
-    const unsigned ua = static_cast<unsigned>(a), ub = static_cast<unsigned>(b);
-    q = ua / ub;
-    r = ua - static_cast<unsigned>(q) * ub;
-  } else {
-    q = a / b;
-    r = a - q * b;
-  }
-}
-
 // Channels-last apply: item ((slice of cl_tx columns, sample), block of pixels), blocks fastest, so that a block's
 // successive items (item, item + gridDim, ...) mostly keep their column and sample. Thread (tx, ty) takes column
 // slice * cl_tx + tx (8 channels when vectorized, else one) and pixels ty, ty + cl_ty, ... of the block, with the
@@ -820,8 +808,8 @@ __device__ __forceinline__ void apply_channels_last(const Params& p) {
   RowConstants rc[kVec];
   for (i64 item = blockIdx.x; item < p.cl_apply_items; item += gridDim.x) {
     i64 key, block, slice, sample;
-    divide(item, p.cl_blocks_per_sample, key, block);
-    divide(key, p.n, slice, sample);
+    divide_small(item, p.cl_blocks_per_sample, key, block);
+    divide_small(key, p.n, slice, sample);
     const i64 column = slice * p.cl_tx + tx;
     if (column >= p.cl_columns) continue;
     const i64 begin = block * p.cl_block_pixels + ty;
@@ -1055,8 +1043,8 @@ __device__ __forceinline__ TileUnits tile_units(const Params& p, i64 item, u32* 
   using T = Tile<XT>;
   constexpr int kPixelsPerUnit = XT == kFP32 ? 1 : 2;
   i64 rest;
-  divide(item, p.cl_slices, rest, slice);
-  divide(rest, p.chunks_per_row, sample, window);
+  divide_small(item, p.cl_slices, rest, slice);
+  divide_small(rest, p.chunks_per_row, sample, window);
   const i64 left = p.s - window * kChunk;
   const int shift = log2_small(p.cl_slice_vectors);
   const int vectors = p.cl_slice_vectors;
@@ -1238,104 +1226,293 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Par
 // constant border, none. An element inside, or on a replicate border, is y of the element of x it shows, computed as
 // apply computes it (transform_values with its row's constants), so the border holds F.pad's copy of the unpadded
 // output's bits; a constant border is the value rounded to y's dtype. LAYOUT is y's (the variant's: where x's two
-// layouts are one memory, the host picks y's). Channel-major: a warp per line of one (sample, channel), lanes across
-// W' (consecutive elements), kPadPerLane at a time. Channels-last: a warp per (sample, line, slice of 32 kPadPerLane
-// channels), each lane keeping its channels' constants in registers and walking the W' pixels. One layout per
-// instance: with both in one kernel ptxas spilled on sm_100 and later. kPadPerLane: gnsilu_params.cuh.
+// layouts are one memory, the host picks y's). One layout per instance: with both in one kernel ptxas spilled on
+// sm_100 and later.
+// - Channel-major: y as one flat sequence of pieces of 8 elements, a thread per piece. A piece inside one line and
+//   inside x's line (most of them) reads its 8 elements of x from the two 16-byte vectors that hold them (three for
+//   FP32); one near a border, across lines or at the end of y gathers them one at a time. Both then share the
+//   transform and the store (one 16-byte vector where x and y are aligned), so a warp diverges only in the gather
+//   (with a path of their own, one exact SiLU at a time, the kernel was compute-bound at 15% of the DRAM bandwidth
+//   on the H200: PERFORMANCE.md v16). A piece is located with
+//   divisions (math::divide_small); the next line follows without (next_line). A constant border stored through a
+//   vector is rounded as store_element rounds it (the host makes a NaN border the canonical one, add_padding).
+// - Channels-last: a warp per (sample, line, slice of 32 kPadPerLane channels). With 16-byte vectors (x and y
+//   aligned, C a multiple of 8), a lane takes 8 consecutive channels, so lanes_per_pixel lanes cover a pixel's
+//   channels of the slice and the warp walks 32 / lanes_per_pixel pixels at a time, four vectors in flight a lane
+//   (two for FP32 x).
+//   Otherwise a lane takes channels lane, lane + 32, ... one element at a time. The lanes keep their channels'
+//   constants in registers. kPadPerLane: gnsilu_params.cuh. transform<ACT> gives transform_values' bits (it is the
+//   exact path those take for an element whose fast SiLU is not decided).
 
-template <int XT, int YT, int ACT>
-__device__ __forceinline__ void padded_values(float (&v)[kPadPerLane], const bool (&shows)[kPadPerLane],
-                                              const RowConstants (&rc)[kPadPerLane], float border) {
-  float x[kPadPerLane];
-#pragma unroll
-  for (int k = 0; k < kPadPerLane; ++k) x[k] = v[k];
-  transform_values<YT, ACT, false>(v, [&](int k) -> const RowConstants& { return rc[k]; },
-                                   [&](int k) { return x[k]; });
-#pragma unroll
-  for (int k = 0; k < kPadPerLane; ++k) v[k] = shows[k] ? v[k] : border;
+// Where a channel-major lane is in y: row (sample, channel), line of the row and its (outer, d', h'), and the line
+// of x it shows (x_line, the index of its first element; `shown` false on a constant border).
+struct PaddedCursor {
+  i64 row, line, outer, d, h, x_line;
+  bool shown;
+};
+
+__device__ __forceinline__ void locate_line(const Params& p, PaddedCursor& at) {
+  i64 source = 0;
+  at.shown = padded_line_at(p.pad, at.outer, at.d, at.h, source);
+  at.x_line = at.row * p.s + source * p.pad.dims[2];
 }
 
-template <int XT, int YT, int LAYOUT, int ACT>
-__global__ void __launch_bounds__(256) apply_padded(const Params p) {
-  static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
-  wait_for_previous_kernel();
+// The cursor of the line holding flat line index `flat` (over all rows).
+__device__ __forceinline__ PaddedCursor cursor_of(const Params& p, i64 flat, i64 lines) {
+  PaddedCursor at;
+  i64 rest;
+  divide_small(flat, lines, at.row, at.line);
+  divide_small(at.line, p.pad.out_dims[1], rest, at.h);
+  divide_small(rest, p.pad.out_dims[0], at.outer, at.d);
+  locate_line(p, at);
+  return at;
+}
+
+__device__ __forceinline__ void next_line(const Params& p, PaddedCursor& at, i64 lines) {
+  if (++at.line == lines) {
+    at.line = at.outer = at.d = at.h = 0;
+    ++at.row;
+  } else if (++at.h == p.pad.out_dims[1]) {
+    at.h = 0;
+    if (++at.d == p.pad.out_dims[0]) {
+      at.d = 0;
+      ++at.outer;
+    }
+  }
+  locate_line(p, at);
+}
+
+// One of four words (or floats) by a runtime index 0..3: selects, where indexing an array would put it in memory.
+template <typename T>
+__device__ __forceinline__ T pick4(int i, T a, T b, T c, T d) {
+  return i == 0 ? a : (i == 1 ? b : (i == 2 ? c : d));
+}
+
+// The 8 elements of x from element `first` (any alignment; x's base 16-byte aligned), from the aligned 16-byte
+// vectors that hold them: two for 16-bit x, three for FP32. The caller makes sure those vectors lie inside x.
+template <int XT>
+__device__ __forceinline__ void load_window(const void* x, i64 first, float (&v)[kVec]) {
+  if constexpr (XT == kFP32) {
+    const float* base = static_cast<const float*>(x) + (first & ~i64{3});
+    const int r = static_cast<int>(first & 3);
+    const Raw16 q0 = load16(base), q1 = load16(base + 4);
+    const Raw16 q2 = r != 0 ? load16(base + 8) : q1;
+    const u32 w[12] = {q0.a, q0.b, q0.c, q0.d, q1.a, q1.b, q1.c, q1.d, q2.a, q2.b, q2.c, q2.d};
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[j] = float_of(pick4(r, w[j], w[j + 1], w[j + 2], w[j + 3]));
+  } else {
+    const u16* base = static_cast<const u16*>(x) + (first & ~i64{7});
+    const int r = static_cast<int>(first & 7);
+    const Raw16 q0 = load16(base);
+    const Raw16 q1 = r != 0 ? load16(base + 8) : q0;
+    const u32 w[8] = {q0.a, q0.b, q0.c, q0.d, q1.a, q1.b, q1.c, q1.d};
+    const int q = r >> 1;
+    RawVector<XT> raw;
+    u32 out[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const u32 lo = pick4(q, w[j], w[j + 1], w[j + 2], w[j + 3]);
+      const u32 hi = pick4(q, w[j + 1], w[j + 2], w[j + 3], w[j + 4]);
+      out[j] = r & 1 ? permute(lo, hi, 0x5432) : lo;  // elements 2j + r, 2j + r + 1
+    }
+    raw.q[0] = Raw16{out[0], out[1], out[2], out[3]};
+    unpack<XT>(raw, v);
+  }
+}
+
+template <int XT, int YT, int ACT>
+__device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
+  const math::Padding& pad = p.pad;
+  const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
+  const i64 width = pad.dims[2], out_width = pad.out_dims[2], before = pad.before[2];
+  const i64 lines = pad.out_s / out_width;  // output lines per row (sample, channel)
+  const i64 row_count = p.n * p.c;
+  const i64 x_total = row_count * p.s;
+  const i64 total = row_count * pad.out_s;
+  constexpr i64 kXVector = XT == kFP32 ? 4 : 8;  // elements of x in a 16-byte vector
+  // Rows of at least 8 elements: a piece meets at most two rows, whose constants stay in registers.
+  const bool two_rows = pad.out_s >= kVec;
+  const i64 threads = static_cast<i64>(gridDim.x) * blockDim.x;
+  for (i64 piece = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; piece * kVec < total; piece += threads) {
+    const i64 start = piece * kVec;
+    i64 flat_line, position;
+    divide_small(start, out_width, flat_line, position);
+    PaddedCursor at = cursor_of(p, flat_line, lines);
+    const i64 first_row = at.row;
+    const i64 w0 = position - before;
+    const i64 window = at.x_line + w0;
+    float v[kVec];
+    const RowConstants rc_first = rows[first_row < row_count ? first_row : 0];
+    RowConstants rc_second = rc_first;
+    unsigned shown = 0, second = 0;  // bit k: element k shows x; element k is of the second row
+    if (p.pad_vectors && at.shown && position + kVec <= out_width && w0 >= 0 && w0 + kVec <= width &&
+        (window & ~(kXVector - 1)) + (XT == kFP32 ? 12 : 16) <= x_total) {
+      // The common case: 8 elements of one line, all inside x's line.
+      load_window<XT>(p.x, window, v);
+      shown = 0xFFu;
+    } else if (two_rows) {
+      // Near a border, across lines or at the end of y: the elements one at a time (the arithmetic below is
+      // shared, so that a warp whose lanes took both branches diverges only here).
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        if (position == out_width) {
+          position = 0;
+          next_line(p, at, lines);
+          if (at.row != first_row && second == 0 && at.row < row_count) rc_second = rows[at.row];
+        }
+        if (at.row != first_row) second |= 1u << k;
+        i64 w = position - before;
+        const bool shows = at.shown && start + k < total && (pad.mode == kPadReplicate || (w >= 0 && w < width));
+        w = w < 0 ? 0 : (w >= width ? width - 1 : w);
+        v[k] = shows ? load_element<XT>(p.x, at.x_line + w) : 0.0f;
+        shown |= shows ? 1u << k : 0u;
+        ++position;
+      }
+    } else {
+      // Rows of fewer than 8 elements (a tiny spatial block): each element with its own row's constants.
+#pragma unroll 1
+      for (int k = 0; k < kVec && start + k < total; ++k) {
+        if (position == out_width) {
+          position = 0;
+          next_line(p, at, lines);
+        }
+        i64 w = position - before;
+        const bool shows = at.shown && (pad.mode == kPadReplicate || (w >= 0 && w < width));
+        w = w < 0 ? 0 : (w >= width ? width - 1 : w);
+        store_element<YT>(p.y, start + k,
+                          shows ? transform<ACT>(load_element<XT>(p.x, at.x_line + w), rows[at.row]) : pad.value);
+        ++position;
+      }
+      continue;
+    }
+    const auto row_of = [&](int k) -> const RowConstants& { return second & (1u << k) ? rc_second : rc_first; };
+    transform_values<YT, ACT, false>(v, row_of, [&](int e) { return v[e]; });
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[k] = shown & (1u << k) ? v[k] : pad.value;
+    if (p.pad_vectors && start + kVec <= total) {
+      store_vector<YT>(p.y, start, v);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        if (start + k < total) store_element<YT>(p.y, start + k, v[k]);
+      }
+    }
+  }
+}
+
+// Channels-last, 16-byte vectors: a lane's 8 channels of pixels at, at + pixels_per_step, ...
+template <int XT, int YT, int ACT>
+__device__ __forceinline__ void padded_pixels_vectorized(const Params& p, i64 x_line, i64 y_line, bool shown,
+                                                         const RowConstants (&rc)[kVec], int first_pixel,
+                                                         int pixels_per_step) {
+  const math::Padding& pad = p.pad;
+  const i64 width = pad.dims[2], out_width = pad.out_dims[2], before = pad.before[2];
+  // The constant border's bits, as store_element rounds it.
+  const u32 border = YT == kFP32 ? float_canonical_bits(pad.value)
+                                 : (YT == kBF16 ? float_to_bf16(pad.value) : float_to_fp16(pad.value)) * 0x10001u;
+  const auto per_channel = [&](int e) -> const RowConstants& { return rc[e]; };
+  constexpr int kInFlight = XT == kFP32 ? 2 : 4;  // vectors a lane loads before transforming them
+  for (i64 at = first_pixel; at < out_width; at += kInFlight * pixels_per_step) {
+    RawVector<XT> raw[kInFlight];
+    bool shows[kInFlight];
+#pragma unroll
+    for (int q = 0; q < kInFlight; ++q) {
+      const i64 pixel = at + q * pixels_per_step;
+      i64 w = pixel - before;
+      shows[q] = shown && pixel < out_width && (pad.mode == kPadReplicate || (w >= 0 && w < width));
+      w = w < 0 ? 0 : (w >= width ? width - 1 : w);
+      if (shows[q]) raw[q] = load_raw<XT>(p.x, x_line + w * p.c);
+    }
+#pragma unroll
+    for (int q = 0; q < kInFlight; ++q) {
+      const i64 pixel = at + q * pixels_per_step;
+      if (pixel >= out_width) continue;
+      if (shows[q]) {
+        float v[kVec];
+        unpack<XT>(raw[q], v);
+        transform_values<YT, ACT, false>(v, per_channel, [&](int e) { return v[e]; });
+        store_vector<YT>(p.y, y_line + pixel * p.c, v);
+      } else {
+        if constexpr (YT == kFP32) {
+          float* at_y = static_cast<float*>(p.y) + y_line + pixel * p.c;
+          store16(at_y, border, border, border, border);
+          store16(at_y + 4, border, border, border, border);
+        } else {
+          store16(static_cast<u16*>(p.y) + y_line + pixel * p.c, border, border, border, border);
+        }
+      }
+    }
+  }
+}
+
+template <int XT, int YT, int ACT>
+__device__ __forceinline__ void apply_padded_channels_last(const Params& p) {
   const math::Padding& pad = p.pad;
   const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
   const int lane = threadIdx.x & 31;
   const i64 warps = static_cast<i64>(gridDim.x) * (blockDim.x / 32);
   const i64 first = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const i64 width = pad.dims[2], out_width = pad.out_dims[2], before = pad.before[2];
-  const i64 lines = pad.out_s / out_width;  // output lines per (sample, channel)
-  constexpr int kSpan = 32 * kPadPerLane;
-  if constexpr (LAYOUT == kChannelsFirst) {
-    for (i64 item = first; item < p.n * p.c * lines; item += warps) {
-      i64 row, line, source = 0;
-      divide(item, lines, row, line);
-      const bool shown = padded_line(pad, line, source);
-      const i64 x_line = row * p.s + source * width;
-      const i64 y_line = item * out_width;
-      RowConstants rc[kPadPerLane];
+  const i64 lines = pad.out_s / out_width;
+  constexpr i64 kSpan = 32 * kPadPerLane;  // channels of a slice
+  const i64 slices = (p.c + kSpan - 1) / kSpan;
+  // Vectorized: a pixel's vectors of the slice (at most 32) on lanes_per_pixel lanes, a power of two.
+  const i64 vectors = p.c / kVec;
+  int lanes_per_pixel = 32;
+  while (lanes_per_pixel > 1 && lanes_per_pixel / 2 >= vectors) lanes_per_pixel /= 2;
+  for (i64 item = first; item < p.n * lines * slices; item += warps) {
+    i64 key, slice, sample, line, source = 0;
+    divide_small(item, slices, key, slice);
+    divide_small(key, lines, sample, line);
+    const bool shown = padded_line(pad, line, source);
+    const i64 x_row = (sample * p.s + source * width) * p.c;
+    const i64 y_row = (sample * pad.out_s + line * out_width) * p.c;
+    if (p.vectorized) {
+      const i64 vector = slice * 32 + lane % lanes_per_pixel;
+      if (vector >= vectors) continue;  // no shuffles below: idle lanes may leave
+      RowConstants rc[kVec];
       if (shown) {
-        const RowConstants one = rows[row];
 #pragma unroll
-        for (int k = 0; k < kPadPerLane; ++k) rc[k] = one;
+        for (int e = 0; e < kVec; ++e) rc[e] = rows[sample * p.c + vector * kVec + e];
       }
-      for (i64 base = 0; base < out_width; base += kSpan) {
-        float v[kPadPerLane];
-        bool shows[kPadPerLane];
-#pragma unroll
-        for (int k = 0; k < kPadPerLane; ++k) {
-          const i64 at = base + lane + 32 * k;
-          i64 w = at - before;
-          shows[k] = shown && at < out_width && (pad.mode == kPadReplicate || (w >= 0 && w < width));
-          w = w < 0 ? 0 : (w >= width ? width - 1 : w);
-          v[k] = shows[k] ? load_element<XT>(p.x, x_line + w) : 0.0f;
-        }
-        if (shown) padded_values<XT, YT, ACT>(v, shows, rc, pad.value);
-#pragma unroll
-        for (int k = 0; k < kPadPerLane; ++k) {
-          const i64 at = base + lane + 32 * k;
-          if (at < out_width) store_element<YT>(p.y, y_line + at, shows[k] ? v[k] : pad.value);
-        }
-      }
+      padded_pixels_vectorized<XT, YT, ACT>(p, x_row + vector * kVec, y_row + vector * kVec, shown, rc,
+                                            lane / lanes_per_pixel, 32 / lanes_per_pixel);
+      continue;
     }
-  } else {
-    const i64 slices = (p.c + kSpan - 1) / kSpan;
-    for (i64 item = first; item < p.n * lines * slices; item += warps) {
-      i64 key, slice, sample, line, source = 0;
-      divide(item, slices, key, slice);
-      divide(key, lines, sample, line);
-      const bool shown = padded_line(pad, line, source);
-      RowConstants rc[kPadPerLane];
-      bool has[kPadPerLane];
+    // One element a lane (the fallback where vectors do not fit): the slice's channels 32 at a time, a channel a
+    // lane, two pixels loaded before they are transformed.
+    constexpr int kPixels = 2;
+    for (int part = 0; part < kPadPerLane; ++part) {
+      const i64 channel = slice * kSpan + 32 * part + lane;
+      if (channel >= p.c) break;
+      const RowConstants rc = shown ? rows[sample * p.c + channel] : RowConstants{};
+      for (i64 at = 0; at < out_width; at += kPixels) {
+        float v[kPixels];
+        bool shows[kPixels];
 #pragma unroll
-      for (int k = 0; k < kPadPerLane; ++k) {
-        const i64 channel = slice * kSpan + lane + 32 * k;
-        has[k] = channel < p.c;
-        if (shown && has[k]) rc[k] = rows[sample * p.c + channel];
-      }
-      const i64 x_line = (sample * p.s + source * width) * p.c + slice * kSpan + lane;
-      const i64 y_line = (sample * pad.out_s + line * out_width) * p.c + slice * kSpan + lane;
-      for (i64 at = 0; at < out_width; ++at) {
-        i64 w = at - before;
-        const bool inside = w >= 0 && w < width;
-        const bool pixel_shown = shown && (pad.mode == kPadReplicate || inside);
-        w = w < 0 ? 0 : (w >= width ? width - 1 : w);
-        float v[kPadPerLane];
-        bool shows[kPadPerLane];
-#pragma unroll
-        for (int k = 0; k < kPadPerLane; ++k) {
-          shows[k] = pixel_shown && has[k];
-          v[k] = shows[k] ? load_element<XT>(p.x, x_line + w * p.c + 32 * k) : 0.0f;
+        for (int q = 0; q < kPixels; ++q) {
+          i64 w = at + q - before;
+          shows[q] = shown && at + q < out_width && (pad.mode == kPadReplicate || (w >= 0 && w < width));
+          w = w < 0 ? 0 : (w >= width ? width - 1 : w);
+          v[q] = shows[q] ? load_element<XT>(p.x, x_row + w * p.c + channel) : 0.0f;
         }
-        if (pixel_shown) padded_values<XT, YT, ACT>(v, shows, rc, pad.value);
 #pragma unroll
-        for (int k = 0; k < kPadPerLane; ++k) {
-          if (has[k]) store_element<YT>(p.y, y_line + at * p.c + 32 * k, shows[k] ? v[k] : pad.value);
+        for (int q = 0; q < kPixels; ++q) {
+          if (at + q < out_width) {
+            store_element<YT>(p.y, y_row + (at + q) * p.c + channel, shows[q] ? transform<ACT>(v[q], rc) : pad.value);
+          }
         }
       }
     }
   }
+}
+
+template <int XT, int YT, int LAYOUT, int ACT>
+__global__ void __launch_bounds__(256, 2) apply_padded(const Params p) {
+  static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
+  wait_for_previous_kernel();
+  if constexpr (LAYOUT == kChannelsFirst) apply_padded_channels_first<XT, YT, ACT>(p);
+  else apply_padded_channels_last<XT, YT, ACT>(p);
 }
 
 // ---- fused path ------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -116,7 +118,10 @@ void add_padding(Geometry& g, std::span<const int64_t> shape, std::span<const in
   }
   math::Padding p{{1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {1, 1, 1}, 1,
                   mode == PadMode::Replicate ? math::kPadReplicate : math::kPadConstant,
-                  static_cast<float>(value)};
+                  // A NaN border is the NaN every conversion of the kernels keeps: all payload bits set (so that
+                  // apply_padded's vector stores and store_element round it alike; the sign and payload are lost
+                  // in y's dtype anyway).
+                  std::isnan(value) ? std::bit_cast<float>(0x7FFFFFFFu) : static_cast<float>(value)};
   // The leading spatial dimensions (all but the last three) are not padded: their product is `outer`.
   int64_t outer = 1;
   for (std::size_t i = 2; i + 3 < shape.size(); ++i) outer *= shape[i];
@@ -286,14 +291,16 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path path, int sms
     plan.apply_blocks = static_cast<unsigned>(std::min<int64_t>(p.tiles_total, max_blocks));
   }
   if (g.padded()) {
-    // apply_padded in place of apply: a warp per output line (channel-major) or per (line, slice of channels)
-    // (channels-last), a grid-stride loop over them with 8 blocks of 8 warps per multiprocessor at most.
+    // apply_padded in place of apply: a thread per piece of 8 elements of y (channel-major; vectors need x and y
+    // 16-byte aligned, whatever s) or a warp per (line, slice of channels) (channels-last), a grid-stride loop
+    // over them with 8 blocks per multiprocessor at most.
     p.pad = g.pad;
     const int64_t lines = g.pad.out_s / g.pad.out_dims[2];
-    const int64_t items = g.layout == Layout::ChannelsLast ? g.n * lines * ceil_div(g.c, kPaddedSliceChannels)
-                                                           : g.n * g.c * lines;
-    constexpr int64_t kWarps = kPaddedThreads / 32;
-    plan.padded_blocks = static_cast<unsigned>(std::clamp<int64_t>(ceil_div(items, kWarps), 1, int64_t{8} * sms));
+    p.pad_vectors = aligned(a.x, 16) && aligned(a.y, 16) ? 1 : 0;
+    const int64_t items = last ? g.n * lines * ceil_div(g.c, kPaddedSliceChannels) * 32
+                               : ceil_div(g.y_numel, int64_t{math::kVec});
+    plan.padded_blocks =
+        static_cast<unsigned>(std::clamp<int64_t>(ceil_div(items, int64_t{kPaddedThreads}), 1, int64_t{8} * sms));
   }
   plan.rows_offset = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(exact::ChunkRecord), kAlign);
   plan.workspace = split_workspace_bytes(g);
