@@ -47,34 +47,30 @@ bool capturing(const Call& call, const TuningHooks& hooks) {
   return capture != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-// The slow path, once per key per process. `remember` says whether the answer may stay in memory.
+// The slow path, once per key per process: the policy decides whether this call may tune, then tuning_run's one
+// sequence finds or tunes the entry. `remember` says whether the answer may stay in memory.
 LaunchConfig resolve(const Call& call, TunePolicy policy, bool small, bool& remember, const TuningHooks& hooks) {
   const LaunchConfig fallback = default_config(call.path);
   if (policy == TunePolicy::Never) {
     remember = false;
     return fallback;
   }
-  const cache::TuningKey key = tuning_key(call);
-  auto store = cache::process_cache();
-  if (auto e = usable_entry(*store, key)) return e->winner;
-  if (policy == TunePolicy::CachedOnly || capturing(call, hooks)) {
-    remember = false;  // a later call under another policy, or outside the capture, may tune
-    counters().defaulted++;
-    return fallback;
-  }
-  if (small) {
-    counters().defaulted++;
-    return fallback;
-  }
-
+  // Not now, but perhaps for a later call under another policy, or outside the capture: not remembered.
+  const bool not_now = policy == TunePolicy::CachedOnly || capturing(call, hooks);
+  EntryRequest request{call, tuning_key(call)};
+  request.may_tune = !not_now && !small;
   WaitOptions wait;
   wait.wait_seconds = first_use_wait_seconds();
-  const WarmResult r = tune_under_lease(call, key, *store, wait, hooks);
+  auto store = cache::process_cache();
+  const WarmResult r = find_or_tune(request, *store, wait, hooks);
   if (r.entry) return r.entry->winner;
-  if (r.outcome == WarmResult::Outcome::HeldByOther) {
-    logger().info("another process is tuning {}; this process uses the default configuration", key.text());
+  using O = WarmResult::Outcome;
+  if (r.outcome == O::NotFound) {
+    remember = !not_now;
+  } else if (r.outcome == O::HeldByOther) {
+    logger().info("another process is tuning {}; this process uses the default configuration", r.key.text());
   } else {
-    logger().warn("tuning {} failed ({}); using the default configuration", key.text(), r.message);
+    logger().warn("tuning {} failed ({}); using the default configuration", r.key.text(), r.message);
   }
   counters().defaulted++;
   return fallback;

@@ -25,12 +25,17 @@ std::size_t free_device_memory() {
   return free_bytes;
 }
 
-// Times the candidates on (a slice of) this call's x; returns the cache entry to store.
-cache::TuningEntry tune(const Call& call, const cache::TuningKey& key, const TuningHooks& hooks) {
-  std::vector<int64_t> shape;
-  int64_t groups = 0;
-  tuning_slice_of(call.geometry, call.problem.x_dtype, call.problem.y_dtype,
-                  hooks.free_memory ? hooks.free_memory() : free_device_memory(), shape, groups);
+// Times the candidates on the request's slice of its call's x (sized now when the request has none); returns the
+// cache entry to store.
+cache::TuningEntry tune(const EntryRequest& request, const TuningHooks& hooks) {
+  const Call& call = request.call;
+  const cache::TuningKey& key = request.key;
+  const TuningSlice sized =
+      request.slice ? *request.slice
+                    : tuning_slice_of(call.geometry, call.problem.x_dtype, call.problem.y_dtype,
+                                      hooks.free_memory ? hooks.free_memory() : free_device_memory());
+  const std::vector<int64_t>& shape = sized.shape;
+  const int64_t groups = sized.groups;
   Problem slice = call.problem;
   slice.shape = shape;
   slice.num_groups = groups;
@@ -100,8 +105,13 @@ std::optional<cache::TuningEntry> usable_entry(cache::LayeredCache& store, const
   return e;
 }
 
-WarmResult tune_under_lease(const Call& call, const cache::TuningKey& key, cache::LayeredCache& store,
-                            const WaitOptions& wait, const TuningHooks& hooks, bool retune) {
+namespace {
+
+// Tunes the request's key unless another live process holds its lease (find_or_tune says what happens then).
+WarmResult tune_under_lease(const EntryRequest& request, cache::LayeredCache& store, const WaitOptions& wait,
+                            const TuningHooks& hooks) {
+  const cache::TuningKey& key = request.key;
+  const bool retune = request.retune;
   const LeaseTimings& timings = hooks.timings;
   // Retuning, the entry there now is the one to replace: only another one is another process's work.
   const std::optional<cache::TuningEntry> replacing = retune ? store.find_tuning(key) : std::nullopt;
@@ -164,7 +174,7 @@ WarmResult tune_under_lease(const Call& call, const cache::TuningKey& key, cache
     if (held) user->release(lease, owner);
   };
   try {
-    cache::TuningEntry entry = tune(call, key, hooks);
+    cache::TuningEntry entry = tune(request, hooks);
     r.seconds = elapsed();
     store.put_tuning(entry);
     let_go();
@@ -186,17 +196,40 @@ WarmResult tune_under_lease(const Call& call, const cache::TuningKey& key, cache
   return r;
 }
 
-void tuning_slice_of(const Geometry& geometry, DType x, DType y, std::size_t free_bytes, std::vector<int64_t>& shape,
-                     int64_t& groups) {
+}  // namespace
+
+WarmResult find_or_tune(const EntryRequest& request, cache::LayeredCache& store, const WaitOptions& wait,
+                        const TuningHooks& hooks) {
+  if (!request.retune) {
+    if (auto e = usable_entry(store, request.key)) {
+      WarmResult r;
+      r.outcome = WarmResult::Outcome::Cached;
+      r.key = request.key;
+      r.entry = std::move(e);
+      return r;
+    }
+  }
+  if (!request.may_tune) {
+    WarmResult r;
+    r.outcome = WarmResult::Outcome::NotFound;
+    r.key = request.key;
+    return r;
+  }
+  return tune_under_lease(request, store, wait, hooks);
+}
+
+TuningSlice tuning_slice_of(const Geometry& geometry, DType x, DType y, std::size_t free_bytes) {
   const std::size_t budget = std::min(kMaxScratchBytes, free_bytes / 4);
-  if (!tuning_slice(geometry, dtype_size(x), dtype_size(y), budget, shape, groups)) {
+  TuningSlice slice;
+  if (!tuning_slice(geometry, dtype_size(x), dtype_size(y), budget, slice.shape, slice.groups)) {
     throw Error(Status::OutOfMemory, "gnsilu: one group needs more scratch memory than tuning may use (" +
                                          std::to_string(budget >> 20) + " MiB)");
   }
+  return slice;
 }
 
-void tuning_slice_of(const Geometry& geometry, DType x, DType y, std::vector<int64_t>& shape, int64_t& groups) {
-  tuning_slice_of(geometry, x, y, free_device_memory(), shape, groups);
+TuningSlice tuning_slice_of(const Geometry& geometry, DType x, DType y) {
+  return tuning_slice_of(geometry, x, y, free_device_memory());
 }
 
 WarmResult warm_key(const Call& call, bool retune, const WaitOptions& wait) {
@@ -204,22 +237,16 @@ WarmResult warm_key(const Call& call, bool retune, const WaitOptions& wait) {
 }
 
 WarmResult warm_key(const Call& call, bool retune, const WaitOptions& wait, const TuningHooks& hooks) {
-  return warm_key(call, tuning_key(call), retune, wait, hooks);
+  return warm_key(call, tuning_key(call), std::nullopt, retune, wait, hooks);
 }
 
-WarmResult warm_key(const Call& call, const cache::TuningKey& key, bool retune, const WaitOptions& wait,
-                    const TuningHooks& hooks) {
+WarmResult warm_key(const Call& call, const cache::TuningKey& key, const std::optional<TuningSlice>& slice,
+                    bool retune, const WaitOptions& wait, const TuningHooks& hooks) {
   auto store = cache::process_cache();
-  if (!retune) {
-    if (auto e = usable_entry(*store, key)) {
-      WarmResult r;
-      r.outcome = WarmResult::Outcome::Cached;
-      r.key = key;
-      r.entry = std::move(e);
-      return r;
-    }
-  }
-  return tune_under_lease(call, key, *store, wait, hooks, retune);
+  EntryRequest request{call, key};
+  request.retune = retune;
+  request.slice = slice;
+  return find_or_tune(request, *store, wait, hooks);
 }
 
 }  // namespace gnsilu::detail

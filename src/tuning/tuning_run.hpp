@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/device.hpp"
@@ -34,6 +35,7 @@ struct WarmResult {
     TunedElsewhere,  // another process held the key's lease and stored its entry meanwhile
     HeldByOther,     // another process holds the lease and stored nothing in time
     Failed,          // tuning failed (message says why)
+    NotFound,        // no entry, and the request did not allow tuning (EntryRequest::may_tune)
   };
   Outcome outcome = Outcome::Failed;
   cache::TuningKey key;
@@ -72,23 +74,43 @@ struct TuningHooks {
 };
 const TuningHooks& gpu_hooks();
 
-// Makes sure the cache files hold a tuned entry for `call`'s key, whatever its size (gnsilu-tune warm). With
-// `retune` it times the candidates even when an entry exists. Only the tuning slice of x is read: x needs to
-// cover tuning_slice_of()'s shape, not the whole tensor. Throws only for driver failures outside tuning.
+// The part of a tensor the tuner times on this device (tuning_slice_of): its shape and groups.
+struct TuningSlice {
+  std::vector<int64_t> shape;
+  int64_t groups = 0;
+};
+
+// An entry wanted for one key of one call, and what may be done to get it.
+struct EntryRequest {
+  EntryRequest(const Call& for_call, cache::TuningKey its_key) : call(for_call), key(std::move(its_key)) {}
+  const Call& call;
+  cache::TuningKey key;    // tuning_key(call), computed once by the caller
+  bool may_tune = true;    // false: the cache files' entry or NotFound (a policy or a graph capture forbids timing)
+  bool retune = false;     // time the candidates even when an entry exists (gnsilu-tune warm --retune)
+  std::optional<TuningSlice> slice;  // the slice the caller sized x for (gnsilu-tune); empty: tuning_slice_of
+                                     // when the tuning starts
+};
+
+// The one sequence of a miss, for config_for and for gnsilu-tune warm alike: the cache files' entry for the key
+// (Cached) unless `retune`; else, if `may_tune`, the candidates timed under the key's lease and the winner stored
+// in `store`'s user file. Under the lease: when another live process holds it, this waits as `wait` says for that
+// process's entry (TunedElsewhere), claiming again every claim_every (the lease is taken over when its holder has
+// died or stopped renewing it), and gives up after the wait (HeldByOther). A failed tuning (an Error) is Failed,
+// with its message; the lease is released however the tuning ends. With `retune`, the entry in the cache files when
+// it starts is the one being replaced: only a different one (stored by the lease's holder meanwhile) is
+// TunedElsewhere. Only the tuning slice of x is read: x needs to cover the slice's shape, not the whole tensor.
+// Throws only for driver failures outside tuning.
+WarmResult find_or_tune(const EntryRequest& request, cache::LayeredCache& store, const WaitOptions& wait,
+                        const TuningHooks& hooks);
+
+// find_or_tune for `call` in the process's cache files, tuning allowed (gnsilu-tune warm): makes sure they hold a
+// tuned entry for its key, whatever its size.
 WarmResult warm_key(const Call& call, bool retune, const WaitOptions& wait = {});
 WarmResult warm_key(const Call& call, bool retune, const WaitOptions& wait, const TuningHooks& hooks);
-// The same with the call's key as the caller computed it (tuning_key(call)): gnsilu-tune warm keys its rows once.
-WarmResult warm_key(const Call& call, const cache::TuningKey& key, bool retune, const WaitOptions& wait,
-                    const TuningHooks& hooks = gpu_hooks());
-
-// Tunes `key` (call's) unless another live process holds its lease in the user file; then waits as `wait` says
-// for that process's entry, claiming again every claim_every (the lease is taken over when its holder has died
-// or stopped renewing it). Stores what it tunes in `store`'s user file. A failed tuning (an Error) is Failed,
-// with its message; the lease is released however the tuning ends. With `retune`, the entry in the cache files
-// when it starts is the one being replaced: only a different one (stored by the lease's holder meanwhile) is
-// TunedElsewhere.
-WarmResult tune_under_lease(const Call& call, const cache::TuningKey& key, cache::LayeredCache& store,
-                            const WaitOptions& wait, const TuningHooks& hooks, bool retune = false);
+// The same with the key and the slice as the caller computed them: gnsilu-tune warm keys its rows once and sizes
+// x for the slice it passes, which the tuning then times.
+WarmResult warm_key(const Call& call, const cache::TuningKey& key, const std::optional<TuningSlice>& slice,
+                    bool retune, const WaitOptions& wait, const TuningHooks& hooks = gpu_hooks());
 
 // The cache files' entry for `key` when its winner is a valid configuration (counted as found in the cache).
 // With `other_than`, an entry with the same measurement as that one counts as none (retuning: only a new entry
@@ -96,11 +118,10 @@ WarmResult tune_under_lease(const Call& call, const cache::TuningKey& key, cache
 std::optional<cache::TuningEntry> usable_entry(cache::LayeredCache& store, const cache::TuningKey& key,
                                                const cache::TuningEntry* other_than = nullptr);
 
-// The shape (and groups) of the part of a tensor the tuner times on this device now: at most a quarter of the
-// free device memory (cuMemGetInfo; or `free_bytes`), and at most 256 MiB. Throws Error(OutOfMemory) when not
-// one group fits that scratch budget.
-void tuning_slice_of(const Geometry& geometry, DType x, DType y, std::vector<int64_t>& shape, int64_t& groups);
-void tuning_slice_of(const Geometry& geometry, DType x, DType y, std::size_t free_bytes, std::vector<int64_t>& shape,
-                     int64_t& groups);
+// The part of a tensor the tuner times on this device now: at most a quarter of the free device memory
+// (cuMemGetInfo; or `free_bytes`), and at most 256 MiB. Throws Error(OutOfMemory) when not one group fits that
+// scratch budget.
+TuningSlice tuning_slice_of(const Geometry& geometry, DType x, DType y);
+TuningSlice tuning_slice_of(const Geometry& geometry, DType x, DType y, std::size_t free_bytes);
 
 }  // namespace gnsilu::detail

@@ -191,11 +191,55 @@ TEST_CASE("a key is tuned once and stored; the next warm finds it") {
   CHECK(second.entry->winner == script->fastest);
   CHECK(script->made == 1);
   // With the key its caller computed (gnsilu-tune keys its rows once): the same entry, nothing timed again.
-  const WarmResult keyed = warm_key(call, tuning_key(call), false, waiting_up_to(5), hooks);
+  const WarmResult keyed = warm_key(call, tuning_key(call), std::nullopt, false, waiting_up_to(5), hooks);
   CHECK(keyed.outcome == O::Cached);
   CHECK(keyed.key.text() == first.key.text());
   REQUIRE(keyed.entry);
   CHECK(keyed.entry->winner == script->fastest);
+  CHECK(script->made == 1);
+}
+
+TEST_CASE("a slice the caller sized x for is the slice timed; tuning_slice_of gives the free memory's") {
+  TempCache cache;
+  const FakeCall fc({1, 128, 64, 64});
+  const Call call = fc.call();
+  auto script = std::make_shared<Script>();
+  const TuningHooks hooks = fake_hooks(script);  // its free memory would give 16 groups (the case above)
+  const TuningSlice sized = tuning_slice_of(fc.geometry, gnsilu::DType::BF16, gnsilu::DType::BF16, std::size_t{2} << 20);
+  CHECK(sized.shape == std::vector<int64_t>{1, 32, 4096});  // a quarter of 2 MiB: 8 groups of 64 KiB
+  CHECK(sized.groups == 8);
+  CHECK_THROWS_AS(tuning_slice_of(fc.geometry, gnsilu::DType::BF16, gnsilu::DType::BF16, 0), gnsilu::Error);
+
+  const WarmResult r = warm_key(call, tuning_key(call), sized, false, waiting_up_to(5), hooks);
+  CHECK(r.outcome == O::Tuned);
+  CHECK(script->slice_shape == sized.shape);
+  CHECK(script->slice_groups == 8);
+  REQUIRE(r.entry);
+  CHECK(r.entry->tuned_shape.dims == sized.shape);
+  CHECK(r.entry->tuned_shape.groups == 8);
+}
+
+TEST_CASE("find_or_tune without leave to tune: the cache files' entry, else NotFound, and nothing is timed") {
+  TempCache cache;
+  const FakeCall fc({1, 128, 64, 64});
+  const Call call = fc.call();
+  auto script = std::make_shared<Script>();
+  const TuningHooks hooks = fake_hooks(script);
+  auto store = gnsilu::cache::process_cache();
+  EntryRequest request{call, tuning_key(call)};
+  request.may_tune = false;
+  const WarmResult missing = find_or_tune(request, *store, waiting_up_to(5), hooks);
+  CHECK(missing.outcome == O::NotFound);
+  CHECK_FALSE(missing.entry);
+  CHECK(missing.key.text() == request.key.text());
+  CHECK(script->made == 0);
+
+  request.may_tune = true;
+  REQUIRE(find_or_tune(request, *store, waiting_up_to(5), hooks).outcome == O::Tuned);
+  request.may_tune = false;
+  const WarmResult found = find_or_tune(request, *store, waiting_up_to(5), hooks);
+  CHECK(found.outcome == O::Cached);
+  CHECK(found.entry);
   CHECK(script->made == 1);
 }
 

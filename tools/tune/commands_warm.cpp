@@ -184,17 +184,19 @@ int run_warm(const WarmOptions& o) {
   }
   if (!o.archs.empty()) throw CliError(kUsage, "--arch applies without a GPU or with --compile-only");
 
-  const std::size_t keys = keys_of(*gpu, requests).size();
+  std::vector<WarmRow> keyed = keys_of(*gpu, requests);  // each key computed once, carried by its row
+  const std::size_t keys = keyed.size();
   Progress progress(keys, !o.common.quiet && !o.common.json);
   progress.note("warming " + std::to_string(keys) + " tuning keys (" + std::to_string(requests.size()) +
                 " shapes) on " + gpu->info().name + " into " + (path.empty() ? "memory (cache off)" : path));
-  const auto rows = warm(*gpu, requests, o.retune, o.wait, progress);
-  std::map<std::string, int> outcomes;
+  const auto rows = warm(*gpu, std::move(keyed), o.retune, o.wait, progress);
+  using O = detail::WarmResult::Outcome;
+  std::map<O, int> outcomes;
   for (const auto& r : rows) outcomes[r.outcome]++;
   const auto& k = detail::counters();
   json list = json::array();
   for (const auto& r : rows) {
-    json row = {{"key", key_json(r.key)},   {"outcome", r.outcome},         {"shape", shape_text(r.request.shape)},
+    json row = {{"key", key_json(r.key)},   {"outcome", outcome_name(r.outcome)},         {"shape", shape_text(r.request.shape)},
                 {"groups", r.request.groups}, {"origin", r.request.origin}, {"seconds", r.seconds}};
     if (r.entry) {
       row["winner"] = config_json(r.entry->winner);
@@ -205,7 +207,7 @@ int run_warm(const WarmOptions& o) {
     if (!r.message.empty()) row["message"] = r.message;
     list.push_back(row);
   }
-  const bool ok = outcomes["failed"] == 0 && outcomes["busy"] == 0;
+  const bool ok = outcomes[O::Failed] == 0 && outcomes[O::HeldByOther] == 0;
   return emit(o.common.json,
               {{"mode", "tune"},
                {"device", device_json(*gpu)},
@@ -213,11 +215,11 @@ int run_warm(const WarmOptions& o) {
                {"keys", list},
                {"summary",
                 {{"keys", rows.size()},
-                 {"cached", outcomes["cached"]},
-                 {"tuned", outcomes["tuned"]},
-                 {"tuned_by_another_process", outcomes["tuned by another process"]},
-                 {"busy", outcomes["busy"]},
-                 {"failed", outcomes["failed"]},
+                 {"cached", outcomes[O::Cached]},
+                 {"tuned", outcomes[O::Tuned]},
+                 {"tuned_by_another_process", outcomes[O::TunedElsewhere]},
+                 {"busy", outcomes[O::HeldByOther]},
+                 {"failed", outcomes[O::Failed] + outcomes[O::NotFound]},
                  {"compiled", k.compiled.load()},
                  {"kernels_from_cache", k.kernels_from_cache.load()}}}},
               warm_text, ok ? kOk : kFailed);

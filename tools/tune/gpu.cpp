@@ -110,18 +110,28 @@ std::vector<WarmRow> keys_of(const GpuSession& gpu, const std::vector<ShapeReque
   return rows;
 }
 
-std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requests, bool retune,
-                          double wait_seconds, Progress& progress) {
-  std::vector<WarmRow> rows = keys_of(gpu, requests);
+const char* outcome_name(detail::WarmResult::Outcome outcome) {
+  using O = detail::WarmResult::Outcome;
+  switch (outcome) {
+    case O::Cached: return "cached";
+    case O::Tuned: return "tuned";
+    case O::TunedElsewhere: return "tuned by another process";
+    case O::HeldByOther: return "busy";
+    case O::Failed: return "failed";
+    case O::NotFound: return "not found";
+  }
+  return "failed";
+}
+
+std::vector<WarmRow> warm(GpuSession& gpu, std::vector<WarmRow> rows, bool retune, double wait_seconds,
+                          Progress& progress) {
   for (auto& row : rows) {
     const ShapeRequest& r = row.request;
     try {
       const detail::Geometry& g = row.geometry;
-      std::vector<int64_t> slice;
-      int64_t slice_groups = 0;
-      detail::tuning_slice_of(g, r.x, r.y, slice, slice_groups);
+      const detail::TuningSlice slice = detail::tuning_slice_of(g, r.x, r.y);
       int64_t slice_numel = 1;
-      for (auto d : slice) slice_numel *= d;
+      for (auto d : slice.shape) slice_numel *= d;
       Inputs in;
       make_inputs(gpu, r.shape, r.groups, slice_numel, r.x, r.y, g.layout, r.activation, in);
       const detail::Call call{in.problem, g, gpu.info(), gpu.context(), nullptr, row.path};
@@ -135,13 +145,9 @@ std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requ
         std::snprintf(buf, sizeof buf, "%.0f of %.0f s", waited, wait_seconds);
         progress.note("waiting for another process tuning " + key_text(row.key) + " (" + holder + "): " + buf);
       };
-      const detail::WarmResult w = detail::warm_key(call, row.key, retune, wait);  // keyed once, in keys_of
-      using O = detail::WarmResult::Outcome;
-      row.outcome = w.outcome == O::Cached           ? "cached"
-                    : w.outcome == O::Tuned          ? "tuned"
-                    : w.outcome == O::TunedElsewhere ? "tuned by another process"
-                    : w.outcome == O::HeldByOther    ? "busy"
-                                                     : "failed";
+      // Keyed once (keys_of) and sliced once (above): the tuning times the slice the inputs were made for.
+      const detail::WarmResult w = detail::warm_key(call, row.key, slice, retune, wait);
+      row.outcome = w.outcome;
       row.entry = w.entry;
       row.message = w.message;
       row.seconds = w.seconds;
@@ -153,10 +159,10 @@ std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requ
     } catch (const CliError&) {
       throw;
     } catch (const std::exception& e) {
-      row.outcome = "failed";
+      row.outcome = detail::WarmResult::Outcome::Failed;
       row.message = e.what();
     }
-    std::string line = row.outcome + "  " + key_text(row.key) + "  (" + shape_text(r.shape) + ", " + r.origin + ")";
+    std::string line = std::string(outcome_name(row.outcome)) + "  " + key_text(row.key) + "  (" + shape_text(r.shape) + ", " + r.origin + ")";
     if (row.entry) {
       char buf[128];
       std::snprintf(buf, sizeof buf, ": %s, %.1f us, %.2fx the default", config_text(row.entry->winner).c_str(),

@@ -11,6 +11,7 @@
 
 #include "base/device.hpp"
 #include "common/device.hpp"
+#include "tuning/tuning_run.hpp"
 #include "tune.hpp"
 
 namespace gnsilu::tune {
@@ -35,20 +36,24 @@ struct WarmRow {
   detail::Geometry geometry;   // of that shape
   Path path = Path::Split;     // the path calls of that shape take
   cache::TuningKey key;
-  std::string outcome;         // "cached", "tuned", "tuned by another process", "busy", "failed"
+  detail::WarmResult::Outcome outcome = detail::WarmResult::Outcome::Failed;  // printed as outcome_name()
   std::optional<cache::TuningEntry> entry;
   std::string message;
   double seconds = 0;
 };
 
-// Tunes (or finds cached) every distinct key the requests need on this device, and loads the winners' kernels.
-// Tunes each request's keys; while another process tunes a key, waits up to `wait_seconds` (0: not at all) and
-// says who it waits for through `progress`.
-std::vector<WarmRow> warm(GpuSession& gpu, const std::vector<ShapeRequest>& requests, bool retune,
-                          double wait_seconds, Progress& progress);
-
-// The distinct tuning keys of `requests` on this device (without tuning), in request order.
+// The distinct tuning keys of `requests` on this device (without tuning), in request order: each key is computed
+// here once and carried in its row.
 std::vector<WarmRow> keys_of(const GpuSession& gpu, const std::vector<ShapeRequest>& requests);
+
+// Tunes (or finds cached) the rows' keys (keys_of) on this device, and loads the winners' kernels; while another
+// process tunes a key, waits up to `wait_seconds` (0: not at all) and says who it waits for through `progress`.
+std::vector<WarmRow> warm(GpuSession& gpu, std::vector<WarmRow> rows, bool retune, double wait_seconds,
+                          Progress& progress);
+
+// A warm outcome as gnsilu-tune prints it and its JSON holds it: "cached", "tuned", "tuned by another process",
+// "busy", "failed" (and "not found", which warm, always allowed to tune, never gives).
+const char* outcome_name(detail::WarmResult::Outcome outcome);
 
 // What a compiled program is made for besides its launch configuration: dtypes, layout, activation.
 struct KernelForm {
