@@ -405,28 +405,101 @@ int run_cubin(const std::string& dir) {
   return 0;
 }
 
-int run_overhead() {
-  const gt::PrimaryContext gpu;
-  const std::vector<int64_t> shape{1, 32, 8, 8};
-  const gd::DeviceBuffer x(gpu.context(), 2 * 2048), y(gpu.context(), 2 * 2048);
-  fill_random(x, DType::BF16, 2048, 1);
-  gnsilu::Problem p;
-  p.x = ptr(x);
-  p.y = ptr(y);
-  p.shape = shape;
-  gnsilu::group_norm_silu(p);  // resolve the configuration, compile, load
-  GNSILU_CHECK(drv().cuCtxSynchronize());
+// Median host microseconds a call of `call` over 20 rounds of `calls` calls, the context synchronized between rounds.
+template <class F>
+double host_us_per_call(F&& call, int calls = 500) {
   std::vector<double> per_call;
   for (int round = 0; round < 20; ++round) {
-    const int calls = 500;
     const auto t = Clock::now();
-    for (int i = 0; i < calls; ++i) gnsilu::group_norm_silu(p);
+    for (int i = 0; i < calls; ++i) call();
     per_call.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count() / calls);
     GNSILU_CHECK(drv().cuCtxSynchronize());
   }
-  std::printf("host time of a call with its configuration resolved (1x32x8x8 bf16, 500 calls a round, 20 rounds): "
-              "median %.2f us, min %.2f us per call\n",
-              gd::median_of(per_call), *std::min_element(per_call.begin(), per_call.end()));
+  return gd::median_of(per_call);
+}
+
+// An empty kernel whose one parameter has the size of the kernels' Params, for the cost of a launch alone.
+std::string noop_ptx() {
+  return ".version 7.8\n.target sm_75\n.address_size 64\n.visible .entry gnsilu_noop(.param .align 8 .b8 p[" +
+         std::to_string(sizeof(gnsilu::kernel::Params)) + "])\n{\n  ret;\n}\n";
+}
+
+// The host time of a resolved call (1x32x8x8 bf16: the GPU keeps up, so nothing waits for it), whole and by the
+// driver calls it makes: context and device, one pointer check (the call makes four: x, y, weight, bias), the capture
+// query, and a launch of an empty kernel with and without programmatic stream serialization (the split path
+// launches chunk_stats plainly, finalize and apply with it on sm_90+; the fused path launches one kernel).
+int run_overhead() {
+  const gt::PrimaryContext gpu;
+  const std::vector<int64_t> shape{1, 32, 8, 8};
+  const gd::DeviceBuffer x(gpu.context(), 2 * 2048), y(gpu.context(), 2 * 2048), w(gpu.context(), 2 * 32),
+      b(gpu.context(), 2 * 32);
+  fill_random(x, DType::BF16, 2048, 1);
+  fill_random(w, DType::BF16, 32, 2);
+  fill_random(b, DType::BF16, 32, 3);
+  gnsilu::Problem p;
+  p.x = ptr(x);
+  p.y = ptr(y);
+  p.weight = ptr(w);
+  p.bias = ptr(b);
+  p.weight_dtype = p.bias_dtype = DType::BF16;
+  p.shape = shape;
+  gnsilu::LaunchOptions split, fused;
+  split.path = gnsilu::Path::Split;
+  fused.path = gnsilu::Path::Fused;
+  for (const auto& o : {gnsilu::LaunchOptions{}, split, fused}) gnsilu::group_norm_silu(p, nullptr, {}, o);  // resolve
+  GNSILU_CHECK(drv().cuCtxSynchronize());
+  std::printf("host time of a call with its configuration resolved (1x32x8x8 bf16 with weight and bias; median of 20 "
+              "rounds of 500 calls), us per call:\n");
+  std::printf("  %-58s %7.2f\n", "group_norm_silu, path chosen by the library",
+              host_us_per_call([&] { gnsilu::group_norm_silu(p); }));
+  std::printf("  %-58s %7.2f\n", "group_norm_silu, split path (3 launches)",
+              host_us_per_call([&] { gnsilu::group_norm_silu(p, nullptr, {}, split); }));
+  std::printf("  %-58s %7.2f\n", "group_norm_silu, fused path (1 launch)",
+              host_us_per_call([&] { gnsilu::group_norm_silu(p, nullptr, {}, fused); }));
+  const gd::Driver& d = drv();
+  std::printf("  %-58s %7.2f\n", "  cuCtxGetCurrent + cuCtxGetDevice", host_us_per_call([&] {
+                CUcontext c = nullptr;
+                CUdevice dev = 0;
+                GNSILU_CHECK(d.cuCtxGetCurrent(&c));
+                GNSILU_CHECK(d.cuCtxGetDevice(&dev));
+              }));
+  std::printf("  %-58s %7.2f\n", "  cuPointerGetAttributes (5 attributes, one pointer)", host_us_per_call([&] {
+                unsigned memory_type = 0;
+                int ordinal = -1, managed = 0;
+                CUdeviceptr start = 0;
+                std::size_t size = 0;
+                CUpointer_attribute attributes[] = {
+                    CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_IS_MANAGED};
+                void* data[] = {&memory_type, &ordinal, &start, &size, &managed};
+                GNSILU_CHECK(d.cuPointerGetAttributes(5, attributes, data, reinterpret_cast<CUdeviceptr>(p.x)));
+              }));
+  std::printf("  %-58s %7.2f\n", "  cuStreamIsCapturing", host_us_per_call([&] {
+                CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+                GNSILU_CHECK(d.cuStreamIsCapturing(nullptr, &capture));
+              }));
+  const std::string ptx = noop_ptx();
+  const gd::ModuleHandle module(gpu.context(), ptx.c_str());
+  CUfunction noop = nullptr;
+  GNSILU_CHECK(d.cuModuleGetFunction(&noop, module.get(), "gnsilu_noop"));
+  gnsilu::kernel::Params params{};
+  void* args[] = {&params};
+  std::printf("  %-58s %7.2f\n", "  cuLaunchKernel (empty kernel, 1 block, a Params argument)", host_us_per_call([&] {
+                GNSILU_CHECK(d.cuLaunchKernel(noop, 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr));
+              }));
+  std::printf("  %-58s %7.2f\n", "  cuLaunchKernelEx (the same, programmatic serialization)", host_us_per_call([&] {
+                CUlaunchAttribute attribute{};
+                attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+                attribute.value.programmaticStreamSerializationAllowed = 1;
+                CUlaunchConfig config{};
+                config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+                config.blockDimX = 32;
+                config.blockDimY = config.blockDimZ = 1;
+                config.attrs = &attribute;
+                config.numAttrs = 1;
+                GNSILU_CHECK(d.cuLaunchKernelEx(&config, noop, args, nullptr));
+              }));
+  GNSILU_CHECK(d.cuCtxSynchronize());
   return 0;
 }
 
