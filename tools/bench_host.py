@@ -5,7 +5,7 @@
 The calls are queued in batches, each behind a sleep kernel (torch.cuda._sleep) longer than the batch takes to
 queue, so that the GPU never catches up and the launch queue never fills: the wall clock of the loop is the host
 time; the stream is synchronised between batches, outside the timing. Rows: gnsilu.group_norm_silu (the
-function), GroupNormSiLU (the module, eager), the op torch.ops.gnsilu.group_norm through the dispatcher, and
+function, without and with out=), GroupNormSiLU (the module, eager), the op torch.ops.gnsilu.group_norm through the dispatcher, and
 PyTorch's F.silu(F.group_norm(...)) for comparison; in both layouts. Then the function's breakdown: its C call alone
 (gnsilu_group_norm through ctypes with a problem built once: the library's host work and launches), the function
 with that C call made a no-op (the Python around it, plus about 0.3 us of the swap that stubs it), and for scale
@@ -65,8 +65,11 @@ def main():
         x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
         if layout == "channels_last":
             x = x.to(memory_format=torch.channels_last)
+        y_out = torch.empty_like(x)
         calls = {
             "gnsilu.group_norm_silu": lambda: gnsilu.group_norm_silu(x, args.groups, weight, bias, 1e-6),
+            "gnsilu.group_norm_silu(out=y)": lambda: gnsilu.group_norm_silu(x, args.groups, weight, bias, 1e-6,
+                                                                             out=y_out),
             "GroupNormSiLU (module)": lambda: module(x),
             "torch.ops.gnsilu.group_norm": lambda: torch.ops.gnsilu.group_norm(x, args.groups, weight, bias, 1e-6),
             "F.silu(F.group_norm) (PyTorch)": lambda: F.silu(F.group_norm(x, args.groups, weight, bias, 1e-6)),

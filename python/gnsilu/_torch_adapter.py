@@ -93,11 +93,11 @@ def _torch_operands(torch, x, y, y_dtype, y_shape=None):
 
 
 # ---- the fast path: calls whose arguments were checked before --------------------------------------------------
-# A torch call with out=None whose key (x's shape, strides, dtype and device; num_groups, eps, activation, out_dtype;
-# weight's and bias's type, dtype, device, shape and strides) was checked and run before skips the checks and the
-# building of its gnsilu_problem: a copy of the one made then, with this call's pointers. What the library does is
-# the same (it checks the problem again in C); only Python's share of the host time shrinks. Grad mode with inputs
-# that require grad always takes the checked path (which refuses them).
+# A torch call without padding whose key (x's shape, strides, dtype and device; num_groups, eps, activation,
+# out_dtype; weight's and bias's type, dtype, device, shape and strides; out's, when given, and whether it is x) was
+# checked and run before skips the checks and the building of its gnsilu_problem: a copy of the one made then, with
+# this call's pointers. What the library does is the same (it checks the problem again in C); only Python's share of
+# the host time shrinks. Grad mode with inputs that require grad always takes the checked path (which refuses them).
 _FAST_LIMIT = 1024  # keys kept; the table starts again when full
 
 
@@ -122,12 +122,14 @@ def _parameter_key(torch, value):
     return (type(value), value.dtype, value.device, value.shape, value.stride())
 
 
-def _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype):
-    """The fast-path key of a call, or None where it has none (an unhashable or non-tensor argument)."""
+def _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out=None):
+    """The fast-path key of a call, or None where it has none (a non-tensor argument). An unhashable part (a list
+    for num_groups, say) makes the table's look-up raise TypeError: torch_fast_call then takes the checked path."""
     try:
         key = (type(x), x.shape, x.stride(), x.dtype, x.device, type(num_groups), num_groups, type(eps), eps,
                activation, out_dtype, _parameter_key(torch, weight), _parameter_key(torch, bias))
-        hash(key)
+        if out is not None:
+            key += (_parameter_key(torch, out), out is x)
     except TypeError:
         return None
     return key
@@ -141,18 +143,23 @@ def _raw_stream(torch):
     return lambda index: torch.cuda.current_stream(index).cuda_stream
 
 
-def torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dtype, key=None):
-    """y of group_norm(x, num_groups, weight, bias, eps, activation code, out_dtype) with out=None through the fast
-    path, or None where it does not apply (a key not run before, inputs that require grad in grad mode): then the
-    checked path must be taken. `key`: the call's _fast_key when the caller has it already."""
+def torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dtype, key=None, out=None):
+    """y of group_norm(x, num_groups, weight, bias, eps, activation code, out_dtype, out=out) through the fast path,
+    or None where it does not apply (a key not run before, inputs that require grad in grad mode): then the checked
+    path must be taken. `key`: the call's _fast_key when the caller has it already. Returns out when given."""
     if key is None:
-        key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype)
-    entry = _fast_calls.get(key) if key is not None else None
+        key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out)
+        if key is None:
+            return None
+    try:
+        entry = _fast_calls.get(key)
+    except TypeError:  # an unhashable argument
+        return None
     if entry is None or (torch.is_grad_enabled() and (
             x.requires_grad or (weight is not None and weight.requires_grad)
-            or (bias is not None and bias.requires_grad))):
+            or (bias is not None and bias.requires_grad) or (out is not None and out.requires_grad))):
         return None
-    y = torch.empty_like(x, dtype=entry.y_dtype)  # x is dense in its layout: y gets its strides
+    y = torch.empty_like(x, dtype=entry.y_dtype) if out is None else out  # x is dense in its layout: y gets its strides
     problem = _lib.Problem.from_buffer_copy(entry.template)
     problem.x = x.data_ptr()
     problem.y = y.data_ptr()
@@ -174,11 +181,12 @@ def torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dty
 def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out, pad=None,
                       pad_mode="constant", pad_value=0.0):
     key = None
-    if out is None and pad is None:
-        key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype)
-        y = torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dtype, key)
-        if y is not None:
-            return y
+    if pad is None:
+        key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out)
+        if key is not None:
+            y = torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dtype, key, out)
+            if y is not None:
+                return y
     if not x.is_cuda:
         raise invalid_argument("x", f"must be a CUDA tensor, got one on {x.device}")
     x_code = _torch_code(torch, x, "x")
@@ -231,7 +239,11 @@ def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_d
                   torch.cuda.current_stream(x.device).cuda_stream)
     fast = (key is not None and pad is None and result is y and layout_of(shape, x_before.stride()) is not None
             and all(t is None or t.stride() == (1,) for t in (weight, bias)))
-    if fast and _FAST_LIMIT > 0:
+    try:
+        fast = fast and _FAST_LIMIT > 0 and hash(key) is not None
+    except TypeError:  # an unhashable argument: no key
+        fast = False
+    if fast:
         problem.x = problem.y = problem.weight = problem.bias = None
         if len(_fast_calls) >= _FAST_LIMIT:
             _fast_calls.clear()

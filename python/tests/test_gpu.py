@@ -249,9 +249,13 @@ class TestBitIdentity(unittest.TestCase):
         into = torch.empty_like(x)
         self.assertIs(gnsilu.group_norm_silu(x, 32, weight, bias, 1e-5, out=into), into)
         self.assertTrue(same_bits(into, expected))
-        in_place = x.clone()
-        gnsilu.group_norm_silu(in_place, 32, weight, bias, 1e-5, out=in_place)
-        self.assertTrue(same_bits(in_place, expected))
+        again = torch.full_like(x, float("nan"))  # the same key: the fast path, into this out
+        self.assertIs(gnsilu.group_norm_silu(x, 32, weight, bias, 1e-5, out=again), again)
+        self.assertTrue(same_bits(again, expected))
+        for _ in range(2):  # in place: a key of its own, checked then fast
+            in_place = x.clone()
+            gnsilu.group_norm_silu(in_place, 32, weight, bias, 1e-5, out=in_place)
+            self.assertTrue(same_bits(in_place, expected))
         strided = x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)  # channels_last: taken as it is
         self.assertFalse(strided.is_contiguous())
         from_strided = gnsilu.group_norm_silu(strided, 32, weight, bias, 1e-5)
@@ -943,6 +947,35 @@ class TestFrameGroupNorm(unittest.TestCase):
             self.assertTrue(same_bits(y, expected), str(memory_format))
             self.assertTrue(same_bits(y_again, expected), str(memory_format))
         SUMMARY.append(("regions", "FrameGroupNorm (per frame), both layouts", "gnsilu ran; bits of the frames' call"))
+
+    def test_strided_orders_in_place(self):
+        """Inputs stored frames first, and the frames of a (1, C, T, H, W) video as a batch (channels first): gnsilu
+        takes them without a copy (gnsilu._strided), with the bits of its call on the contiguous tensor, the
+        output in x's strides; FrameGroupNorm with B = 1 takes that path in eager mode."""
+        from gnsilu import _strided
+        torch.manual_seed(7)
+        norm = gt.GroupNormSiLU(8, 64).cuda()
+        nn.init.normal_(norm.weight)
+        nn.init.normal_(norm.bias)
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            video = (torch.randn(1, 64, 5, 24, 20, device="cuda") * 2 + 3).to(dtype)
+            framed = torch.randn(2, 5, 64, 24, 20, device="cuda").to(dtype).transpose(1, 2)  # frames first
+            batch = video.transpose(1, 2)[0]  # (5, 64, 24, 20), channels first
+            for x, order in ((framed, _strided.FRAMES_FIRST), (batch, _strided.CHANNELS_FIRST)):
+                self.assertEqual(_strided.plan(x), order)
+                with torch.inference_mode(), counting_gnsilu_calls() as calls:
+                    expected = gnsilu.group_norm_silu(x.contiguous(), 8, norm.weight, norm.bias, norm.eps)
+                    y = norm(x)
+                self.assertEqual(calls[0], 1, f"{order}: gnsilu did not run ({calls})")
+                self.assertEqual(y.stride(), x.stride(), order)
+                self.assertTrue(same_bits(y.contiguous(), expected), f"{order} {dtype}")
+            module = gt.FrameGroupNorm(norm)
+            with torch.inference_mode():
+                frames = video.transpose(1, 2).reshape(5, 64, 24, 20)
+                expected = gnsilu.group_norm_silu(frames, 8, norm.weight, norm.bias, norm.eps)
+                y = module(video)
+            self.assertTrue(same_bits(y.transpose(1, 2)[0].contiguous(), expected), f"FrameGroupNorm {dtype}")
+        SUMMARY.append(("regions", "strided orders (frames first, channels first), no copy", "contiguous call's bits"))
 
     def test_silu_function_pair(self):
         """A block written `F.silu(self.norm(x))` (Cosmos, MiniMax-H3): after the swap gnsilu runs once, SiLU

@@ -536,7 +536,7 @@ class TestFastPath(unittest.TestCase):
                 gnsilu.group_norm(x.to(memory_format=torch.channels_last), 4, weight)  # other strides
                 gnsilu.group_norm(x, 2, weight)  # other groups
                 gnsilu.group_norm(x, 4, weight, out_dtype=torch.float16)
-                gnsilu.group_norm(x, 4, weight, out=torch.empty_like(x))  # out is never fast
+                gnsilu.group_norm(x, 4, weight, out=torch.empty_like(x))  # with out: another key
                 gnsilu.group_norm(x[..., ::2], 4, weight)  # copied: not cached
                 gnsilu.group_norm(x[..., ::2], 4, weight)
             self.assertEqual((len(checked), len(fast.problems)), (7, 0))
@@ -548,6 +548,29 @@ class TestFastPath(unittest.TestCase):
             with torch.no_grad():
                 gnsilu.group_norm(x, 4, weight)
             self.assertEqual(len(fast.problems), 1)
+
+    def test_out_takes_the_fast_path_with_its_own_key(self):
+        weight = torch.randn(8)
+        x = torch.randn(2, 8, 4, 5).bfloat16()
+        out, other = torch.empty_like(x), torch.empty_like(x)
+        with self.pretend_cuda() as (checked, fast):
+            with torch.no_grad():
+                gnsilu.group_norm(x, 4, weight, out=out)
+                returned = gnsilu.group_norm(x, 4, weight, out=other)  # same key: fast, into `other`
+                gnsilu.group_norm(x, 4, weight, out=x)  # in place: a key of its own
+                gnsilu.group_norm(x, 4, weight, out=x)
+                gnsilu.group_norm(x, 4, weight, out=torch.empty_like(x, dtype=torch.float16))  # out's dtype: another
+                with self.assertRaises(gnsilu.InvalidArgumentError):  # refused in Python, no key kept
+                    gnsilu.group_norm(x, 4, weight, out=out.to(memory_format=torch.channels_last))
+                with self.assertRaises(gnsilu.InvalidArgumentError):
+                    gnsilu.group_norm(x, 4, weight, out=out.to(memory_format=torch.channels_last))
+            self.assertIs(returned, other)
+            self.assertEqual((len(checked), len(fast.problems)), (3, 2))
+            self.assertEqual((fast.problems[0][0]["x"], fast.problems[0][0]["y"]), (x.data_ptr(), other.data_ptr()))
+            self.assertEqual((fast.problems[1][0]["x"], fast.problems[1][0]["y"]), (x.data_ptr(), x.data_ptr()))
+            with self.assertRaises(gnsilu.InvalidArgumentError):  # grad mode, out requiring grad: the checked path
+                gnsilu.group_norm(x, 4, weight, out=torch.empty_like(x).requires_grad_())
+            self.assertEqual(len(fast.problems), 2)
 
     def test_modules_use_the_fast_path(self):
         module = gt.GroupNormSiLU(4, 8)
@@ -1034,6 +1057,74 @@ class TestRegionsArguments(unittest.TestCase):
         self.assertTrue(torch.equal(gnsilu.merge_stats(a), a))
         with self.assertRaises(gnsilu.InvalidArgumentError):
             gnsilu.merge_stats(a, b[:1])
+
+
+class TestStridedOrders(unittest.TestCase):
+    """gnsilu._strided: inputs stored frames first or channels first (video decoders' views) normalized in place from
+    merged piece records, with the contiguous call's bits (CPU tensors: the library's CPU reference)."""
+
+    @staticmethod
+    def _reference(x, groups, w, b, activation):
+        dense = x.contiguous()
+        return gnsilu.group_norm_apply(dense, gnsilu.group_stats(dense, groups), w, b, 1e-6, activation)
+
+    def test_orders_give_the_contiguous_bits_with_x_strides(self):
+        from gnsilu import _strided
+        torch.manual_seed(11)
+        cases = [
+            # (N, T, C, H, W) memory seen as (N, C, T, H, W): frames first
+            (lambda d: d.transpose(1, 2), (2, 3, 16, 5, 6), _strided.FRAMES_FIRST),
+            (lambda d: d.transpose(1, 2), (1, 4, 32, 3, 7), _strided.FRAMES_FIRST),
+            # the frames of a contiguous (1, C, T, H, W) video as a (T, C, H, W) batch: channels first
+            (lambda d: d.transpose(1, 2)[0], (1, 16, 3, 5, 6), _strided.CHANNELS_FIRST),
+            (lambda d: d.transpose(0, 1), (32, 4, 9, 2), _strided.CHANNELS_FIRST),
+        ]
+        for view, stored, order in cases:
+            for dtype in (torch.bfloat16, torch.float32):
+                for activation in ("silu", None):
+                    dense = (torch.randn(stored) * 3 + 50).to(dtype)  # a large mean against the spread
+                    x = view(dense)
+                    channels = x.shape[1]
+                    w, b = torch.randn(channels), torch.randn(channels).to(torch.bfloat16)
+                    with self.subTest(stored=stored, order=order, dtype=dtype, activation=activation):
+                        self.assertIsNone(gnsilu.layout_of(tuple(x.shape), x.stride()))
+                        self.assertEqual(_strided.plan(x), order)
+                        y = _strided.group_norm(torch, x, 4, w, b, 1e-6, activation)
+                        self.assertEqual(y.stride(), x.stride())
+                        expected = self._reference(x, 4, w, b, activation)
+                        self.assertTrue(torch.equal(y, expected))  # NaN-free here: equal values are equal bits
+                        out = torch.empty_like(x)
+                        self.assertIs(_strided.group_norm(torch, x, 4, None, None, 1e-6, activation, out=out), out)
+                        self.assertTrue(torch.equal(out, self._reference(x, 4, None, None, activation)))
+                        ref = F.group_norm(x.double(), 4, w.double(), b.double(), 1e-6)
+                        ref = F.silu(ref) if activation == "silu" else ref
+                        self.assertLess((y.double() - ref).abs().max().item(), 0.05 * max(1.0, ref.abs().max().item()))
+
+    def test_what_it_takes_and_refuses(self):
+        from gnsilu import _strided
+        x = torch.randn(2, 8, 3, 4, 5)
+        self.assertIsNone(_strided.plan(x.transpose(3, 4)))  # another order
+        self.assertIsNone(_strided.plan(x[:, :, ::2]))  # not dense
+        self.assertIsNone(_strided.plan(x[:1].transpose(1, 2)[:, :1].transpose(1, 2)))  # one frame: dense already
+        with self.assertRaises(ValueError):
+            _strided.group_norm(torch, x, 4, None, None, 1e-6, "silu")
+        framed = x.transpose(1, 2).contiguous().transpose(1, 2)
+        for call, name in ((lambda: _strided.group_norm(torch, framed, 3, None, None, 1e-6, "silu"), "'num_groups'"),
+                           (lambda: _strided.group_norm(torch, framed, 4, None, None, 1e-6, "silu",
+                                                        out=torch.empty_like(x)), "'out'")):
+            with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
+                call()
+            self.assertIn(name, str(caught.exception))
+
+    def test_modules_take_these_orders_without_a_warning(self):
+        import warnings
+        norm = gt.GroupNormSiLU(4, 16)
+        framed = torch.randn(1, 3, 16, 5, 6).transpose(1, 2)
+        with modules_take_cpu(), torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y = norm(framed)
+        self.assertEqual([str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)], [])
+        self.assertTrue(torch.equal(y, F.silu(F.group_norm(framed, 4, norm.weight, norm.bias, 1e-5))))
 
 
 def _rank_split_worker(rank, world, init_file, result_file):
