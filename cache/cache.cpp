@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
-#include <sstream>
 
 #include "base/process_lifetime.hpp"
 
@@ -19,6 +18,17 @@ std::string default_user_path() {
   return "";
 }
 
+std::vector<std::string> split_path_list(std::string_view list) {
+  std::vector<std::string> paths;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t end = std::min(list.find(':', start), list.size());
+    if (end > start) paths.emplace_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+  return paths;
+}
+
 Settings settings_from_environment() {
   Settings s;
   const char* user = std::getenv("GNSILU_CACHE");
@@ -26,9 +36,7 @@ Settings settings_from_environment() {
   else if (std::string(user) == "off") s.user_path.clear();
   else s.user_path = user;
   if (const char* shared = std::getenv("GNSILU_CACHE_SHARED"); shared != nullptr) {
-    std::istringstream in(shared);
-    for (std::string p; std::getline(in, p, ':');)
-      if (!p.empty()) s.shared_paths.push_back(p);
+    s.shared_paths = split_path_list(shared);
   }
   if (const char* busy = std::getenv("GNSILU_CACHE_BUSY_MS"); busy != nullptr && *busy != '\0') {
     s.busy_timeout_ms = std::max(0, std::atoi(busy));

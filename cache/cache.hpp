@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cache/entries.hpp"
@@ -26,6 +27,9 @@ struct Settings {
 };
 
 Settings settings_from_environment();
+// The files of a shared-path list ("a:b:c", as GNSILU_CACHE_SHARED and gnsilu_set_cache_paths take it), empty
+// entries dropped.
+std::vector<std::string> split_path_list(std::string_view list);
 std::string default_user_path();
 
 class LayeredCache {

@@ -7,6 +7,7 @@
 #include <vector>
 #include <string>
 
+#include "cache/cache.hpp"
 #include "gnsilu/gnsilu.h"
 #include "gnsilu/gnsilu.hpp"
 #include "gnsilu/reference.hpp"
@@ -192,16 +193,8 @@ gnsilu_status gnsilu_set_tune_policy(gnsilu_tune_policy policy) {
 
 gnsilu_status gnsilu_set_cache_paths(const char* user_path, const char* shared_paths) {
   return guarded([&] {
-    std::vector<std::string> shared;
-    if (shared_paths != nullptr) {
-      std::string list(shared_paths);
-      std::size_t start = 0;
-      while (start <= list.size()) {
-        const std::size_t end = std::min(list.find(':', start), list.size());
-        if (end > start) shared.push_back(list.substr(start, end - start));
-        start = end + 1;
-      }
-    }
+    const std::vector<std::string> shared =
+        shared_paths != nullptr ? gnsilu::cache::split_path_list(shared_paths) : std::vector<std::string>{};
     gnsilu::set_cache_paths(user_path != nullptr ? user_path : "", shared);
   });
 }

@@ -65,6 +65,14 @@ TEST_CASE("size classes: fits L2 or not, and the path") {
   CHECK(size_class_of(l2 + 1, l2, "fused") == "dram-fused");
 }
 
+TEST_CASE("a shared-path list: split at ':', empty entries dropped (the environment's and the C API's)") {
+  using V = std::vector<std::string>;
+  CHECK(split_path_list("") == V{});
+  CHECK(split_path_list(":") == V{});
+  CHECK(split_path_list("/a.sqlite") == V{"/a.sqlite"});
+  CHECK(split_path_list("::/a.sqlite::/b c.sqlite:") == V{"/a.sqlite", "/b c.sqlite"});
+}
+
 TEST_CASE("settings from the environment") {
   setenv("GNSILU_CACHE", "/tmp/x/c.sqlite", 1);
   setenv("GNSILU_CACHE_SHARED", "/a.sqlite:/b.sqlite::", 1);
