@@ -4,7 +4,8 @@ compared by exit status and by output with what may rightly differ masked (numbe
     python3 tools/device/compare_tune_cli.py OLD/gnsilu-tune NEW/gnsilu-tune [--work DIR] [--gpu]
 
 Without --gpu the commands need no GPU (warm --compile-only for one architecture, list, show, export, import,
-merge, prune, report and bad arguments); with it, warm tunes a small shape on the GPU first and verify re-times it.
+merge, prune, report and bad arguments, and the same over two written export files of entries of a kernel version
+neither build has, with a conflict); with it, warm tunes a small shape on the GPU first and verify re-times it.
 Prints a line per command (same / DIFFERS, and the first differing lines); exits 1 when any command differs.
 """
 import argparse
@@ -17,6 +18,7 @@ import subprocess
 import sys
 
 _MASKS = [
+    (re.compile(r"stale \(prune removes\)|\bcurrent\b|\bstale\b"), "<state>"),  # each build's own kernel version
     (re.compile(r"/[\w./-]*(cache|work|export|merged|report)[\w./-]*"), "<path>"),
     (re.compile(r"\b[0-9a-f]{12,64}\b"), "<hash>"),
     (re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+Z?"), "<time>"),
@@ -40,6 +42,31 @@ def _json_shape(value):
     return type(value).__name__
 
 
+def _seed(path, channels_per_group, warps, best_us):
+    """An export file of two tuned entries (cpg `channels_per_group` and 32) of a kernel version neither build has,
+    so that list, show, import and merge have entries, and a conflict, without a GPU."""
+    def config(w):
+        return {"elems_per_load": 16, "warps": w, "stages": 1, "programs_per_sm": 4}
+
+    def entry(cpg, w, best):
+        key = {"device": {"name": "NVIDIA H200", "arch": 90, "sms": 132, "memory_mib": 143771, "l2_kib": 61440},
+               "code_version": "0123456789abcdef", "channels_per_group": cpg, "x_dtype": "bf16", "y_dtype": "bf16",
+               "layout": "nhwc", "activation": "silu", "size_class": "dram-split"}
+        return {"key": key, "winner": config(w), "default_us": 1.2 * best, "best_us": best, "noise_us": 0.01,
+                "tuned_shape": f"1x{32 * cpg}x128x128 g32 split", "tuned_dims": [1, 32 * cpg, 128, 128],
+                "tuned_groups": 32, "path": "split", "library_version": "0.2.0", "created_at": 1764633600,
+                "candidates": [{"config": config(w), "median_us": best, "noise_us": 0.01, "samples": 9,
+                                "status": "ok"},
+                               {"config": config(8), "median_us": 1.2 * best, "noise_us": 0.02, "samples": 9,
+                                "status": "ok"},
+                               {"config": config(2), "median_us": 0, "noise_us": 0, "samples": 0,
+                                "status": "wrong output"}]}
+    doc = {"format": "gnsilu-cache-export", "format_version": 2, "library_version": "0.2.0",
+           "tuning": [entry(channels_per_group, warps, best_us), entry(32, 4, 3.0)], "kernels": []}
+    with open(path, "w") as f:
+        json.dump(doc, f)
+
+
 def _commands(gpu):
     """(name, arguments, whether stdout is one JSON document); {c} is the side's cache, {w} its work folder."""
     warm = (["warm", "1x128x64x64", "--dtype", "bf16", "--quiet"] if gpu else
@@ -57,6 +84,21 @@ def _commands(gpu):
         ("prune --dry-run", ["prune", "--dry-run", "--cache", "{c}"], False),
         ("prune", ["prune", "--cache", "{c}"], False),
         ("report", ["report", "{w}/report.html", "--cache", "{c}"], False),
+        ("import a seed (forced)", ["import", "{w}/seed1.json", "--force", "--cache", "{w}/seeded.sqlite"], False),
+        ("import a conflicting seed", ["import", "{w}/seed2.json", "--force", "--cache", "{w}/seeded.sqlite"], False),
+        ("import a seed --dry-run --json", ["import", "{w}/seed1.json", "--force", "--dry-run", "--json", "--cache",
+                                            "{w}/seeded.sqlite"], True),
+        ("list seeded", ["list", "--cache", "{w}/seeded.sqlite"], False),
+        ("list seeded --json", ["list", "--cache", "{w}/seeded.sqlite", "--json"], True),
+        ("show 1 seeded", ["show", "1", "--cache", "{w}/seeded.sqlite"], False),
+        ("show 2 seeded", ["show", "2", "--cache", "{w}/seeded.sqlite"], False),
+        ("show 2 seeded --json", ["show", "2", "--cache", "{w}/seeded.sqlite", "--json"], True),
+        ("merge seeds", ["merge", "{w}/merged-seeds.json", "{w}/seed1.json", "{w}/seed2.json"], False),
+        ("merge seeds into a cache", ["merge", "{w}/merged-seeds.sqlite", "{w}/seed2.json", "{w}/seed1.json"], False),
+        ("export seeded", ["export", "{w}/seeded-export.json", "--cache", "{w}/seeded.sqlite"], False),
+        ("report seeded", ["report", "{w}/seeded.svg", "--cache", "{w}/seeded.sqlite"], False),
+        ("prune seeded --dry-run", ["prune", "--dry-run", "--cache", "{w}/seeded.sqlite"], False),
+        ("prune seeded", ["prune", "--cache", "{w}/seeded.sqlite"], False),
         ("compile (bad architecture)", ["compile", "--arch", "12", "--cache", "{c}"], False),
         ("warm (bad shape)", ["warm", "1x7x0", "--cache", "{c}"], False),
         ("warm (unknown dtype)", ["warm", "1x128x64x64", "--dtype", "bf17", "--cache", "{c}"], False),
@@ -84,6 +126,8 @@ def main():
         work = os.path.join(args.work, side)
         os.makedirs(work)
         sides[side] = (os.path.abspath(binary), work, os.path.join(work, "cache.sqlite"))
+        _seed(os.path.join(work, "seed1.json"), 4, 8, 2.0)
+        _seed(os.path.join(work, "seed2.json"), 4, 16, 1.0)  # a conflict with seed1's cpg-4 entry
     differing = 0
     for name, arguments, is_json in _commands(args.gpu):
         results = {}

@@ -23,10 +23,12 @@ std::string age_text(int64_t created_at) {
   return std::to_string(s / 86400) + " d";
 }
 
+bool is_current(const cache::TuningEntry& e) { return e.key.code_version == detail::code_version(); }
+
 json entry_summary_json(const cache::TuningEntry& e, std::size_t id) {
   return {{"id", id},
           {"key", key_json(e.key)},
-          {"current", e.key.code_version == detail::code_version()},
+          {"current", is_current(e)},
           {"winner", config_json(e.winner)},
           {"best_us", e.best_us},
           {"default_us", e.default_us},
@@ -40,53 +42,46 @@ json entry_summary_json(const cache::TuningEntry& e, std::size_t id) {
           {"created_at", e.created_at}};
 }
 
-void list_text(const json& r) {
-  const std::string path = r["cache"].get<std::string>();
-  if (!r["exists"].get<bool>()) {
+void list_text(const std::string& path, bool exists, const std::vector<cache::TuningEntry>& entries, int64_t kernels) {
+  if (!exists) {
     std::printf("%s: no cache file yet (nothing tuned)\n", path.empty() ? "(cache off)" : path.c_str());
     return;
   }
   std::vector<std::vector<std::string>> table{
       {"#", "device", "cpg", "dtypes", "layout", "activation", "class", "winner", "us", "speedup", "age", "state"}};
-  for (const auto& e : r["entries"]) {
-    const cache::TuningKey key = key_of(e["key"]);
-    table.push_back({std::to_string(e["id"].get<std::size_t>()), key.device.name + " sm" + std::to_string(key.device.arch),
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const cache::TuningEntry& e = entries[i];
+    const cache::TuningKey& key = e.key;
+    table.push_back({std::to_string(i + 1), key.device.name + " sm" + std::to_string(key.device.arch),
                      std::to_string(key.channels_per_group), pair_text(key.x_dtype, key.y_dtype), layout_name(key.layout),
-                     activation_name(key.activation), key.size_class, config_text_of(e["winner"]),
-                     fixed(e["best_us"].get<double>(), 1), fixed(e["speedup"].get<double>(), 2) + "x",
-                     age_text(e["created_at"].get<int64_t>()),
-                     e["current"].get<bool>() ? "current" : "stale (prune removes)"});
+                     activation_name(key.activation), key.size_class, config_text(e.winner), fixed(e.best_us, 1),
+                     fixed(speedup(e), 2) + "x", age_text(e.created_at),
+                     is_current(e) ? "current" : "stale (prune removes)"});
   }
   print_table(table);
-  std::printf("%zu tuned entries, %lld compiled kernels in %s\n", r["entries"].size(),
-              static_cast<long long>(r["kernels"].get<int64_t>()), path.c_str());
+  std::printf("%zu tuned entries, %lld compiled kernels in %s\n", entries.size(), static_cast<long long>(kernels),
+              path.c_str());
 }
 
-// `path`: the cache file, which show's document does not name.
-void show_text(const json& e, const std::string& path) {
-  const cache::TuningKey key = key_of(e["key"]);
-  const json& winner = e["winner"];
+// Entry `id` (1-based) of the cache file `path`, with every candidate's timing, fastest first.
+void show_text(const cache::TuningEntry& e, int id, const std::string& path) {
+  const cache::TuningKey& key = e.key;
   std::printf("entry %d of %s\n  key:        %s\n  layout:     %s\n  activation: %s\n  code:       %s (%s)\n"
               "  device:     %s, sm_%d, %d SMs, %lld MiB, L2 %d KiB\n"
               "  winner:     %s at %.2f us; default %.2f us (%.2fx); noise %.2f us\n  tuned on:   %s, %s ago, gnsilu %s\n",
-              e["id"].get<int>(), path.c_str(), key_text(key).c_str(), layout_text(key.layout).c_str(),
-              activation_text(key.activation).c_str(), key.code_version.c_str(),
-              e["current"].get<bool>() ? "current" : "stale", key.device.name.c_str(), key.device.arch, key.device.sms,
-              static_cast<long long>(key.device.memory_mib), key.device.l2_kib, config_text_of(winner).c_str(),
-              e["best_us"].get<double>(), e["default_us"].get<double>(), e["speedup"].get<double>(),
-              e["noise_us"].get<double>(), e["tuned_shape"].get<std::string>().c_str(),
-              age_text(e["created_at"].get<int64_t>()).c_str(), e["library_version"].get<std::string>().c_str());
+              id, path.c_str(), key_text(key).c_str(), layout_text(key.layout).c_str(),
+              activation_text(key.activation).c_str(), key.code_version.c_str(), is_current(e) ? "current" : "stale",
+              key.device.name.c_str(), key.device.arch, key.device.sms, static_cast<long long>(key.device.memory_mib),
+              key.device.l2_kib, config_text(e.winner).c_str(), e.best_us, e.default_us, speedup(e), e.noise_us,
+              e.tuned_shape.text().c_str(), age_text(e.created_at).c_str(), e.library_version.c_str());
   std::vector<std::vector<std::string>> table{{"  candidate", "median us", "noise us", "samples", "status"}};
-  std::vector<json> sorted(e["candidates"].begin(), e["candidates"].end());
-  auto median = [](const json& c) {
-    const double us = c["median_us"].get<double>();
-    return us > 0 ? us : 1e300;
-  };
-  std::stable_sort(sorted.begin(), sorted.end(), [&](const json& a, const json& b) { return median(a) < median(b); });
+  std::vector<cache::CandidateTiming> sorted = e.candidates;
+  auto median = [](const cache::CandidateTiming& c) { return c.median_us > 0 ? c.median_us : 1e300; };
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [&](const cache::CandidateTiming& a, const cache::CandidateTiming& b) { return median(a) < median(b); });
   for (const auto& c : sorted) {
-    table.push_back({"  " + config_text_of(c["config"]) + (config_of(c["config"]) == config_of(winner) ? " *" : ""),
-                     fixed(c["median_us"].get<double>(), 2), fixed(c["noise_us"].get<double>(), 2),
-                     std::to_string(c["samples"].get<int>()), c["status"].get<std::string>()});
+    table.push_back({"  " + config_text(c.config) + (c.config == e.winner ? " *" : ""), fixed(c.median_us, 2),
+                     fixed(c.noise_us, 2), std::to_string(c.samples), c.status});
   }
   print_table(table);
 }
@@ -106,7 +101,8 @@ int run_list(const Common& o) {
   }
   json list = json::array();
   for (std::size_t i = 0; i < entries.size(); ++i) list.push_back(entry_summary_json(entries[i], i + 1));
-  return emit(o.json, {{"cache", path}, {"exists", exists}, {"entries", list}, {"kernels", kernels}}, list_text);
+  return emit(o.json, {{"cache", path}, {"exists", exists}, {"entries", list}, {"kernels", kernels}},
+              [&] { list_text(path, exists, entries, kernels); });
 }
 
 int run_show(const ShowOptions& o) {
@@ -121,7 +117,7 @@ int run_show(const ShowOptions& o) {
   json cands = json::array();
   for (const auto& c : e.candidates) cands.push_back(cache::candidate_json(c));
   doc["candidates"] = cands;
-  return emit(o.common.json, doc, [&path](const json& r) { show_text(r, path); });
+  return emit(o.common.json, doc, [&] { show_text(e, o.id, path); });
 }
 
 }  // namespace gnsilu::tune

@@ -41,48 +41,16 @@ json report_json(const cache::MergeReport& r) {
           {"conflicts", conflicts}};
 }
 
-// The text of report_json's fields, after `verb` ("imported a.json into b.sqlite").
-void report_text(const json& r, const std::string& verb) {
+// The text of a merge report, after `verb` ("imported a.json into b.sqlite").
+void report_text(const cache::MergeReport& r, const std::string& verb) {
   std::printf("%s: %d entries added, %d replaced by better-measured ones, %d kept over worse-measured ones, %d "
               "identical; %d kernels added, %d identical, %d replaced\n",
-              verb.c_str(), r["added"].get<int>(), r["replaced"].get<int>(), r["kept"].get<int>(),
-              r["identical"].get<int>(), r["kernels_added"].get<int>(), r["kernels_identical"].get<int>(),
-              r["kernels_replaced"].get<int>());
-  for (const auto& c : r["conflicts"]) {
-    std::printf("  conflict %s: kept %s (%s), dropped %s\n", key_text_of(c["key"]).c_str(),
-                config_text_of(c["kept"]).c_str(), c["incoming_kept"].get<bool>() ? "incoming" : "existing",
-                config_text_of(c["dropped"]).c_str());
+              verb.c_str(), r.added, r.replaced, r.kept, r.identical, r.kernels_added, r.kernels_identical,
+              r.kernels_replaced);
+  for (const auto& c : r.conflicts) {
+    std::printf("  conflict %s: kept %s (%s), dropped %s\n", key_text(c.key).c_str(), config_text(c.kept).c_str(),
+                c.incoming_kept ? "incoming" : "existing", config_text(c.dropped).c_str());
   }
-}
-
-void export_text(const json& r) {
-  std::printf("exported %zu tuned entries and %zu compiled kernels from %s to %s\n", r["entries"].get<std::size_t>(),
-              r["kernels"].get<std::size_t>(), r["from"].get<std::string>().c_str(),
-              r["exported"].get<std::string>().c_str());
-}
-
-// `verified`: how many kernels import --verify-kernels rebuilt identically first (0: none checked), which
-// import's document does not count.
-void import_text(const json& r, std::size_t verified) {
-  if (verified > 0) std::printf("verified %zu kernels: each the same bytes as its rebuild\n", verified);
-  report_text(r, std::string(r["dry_run"].get<bool>() ? "would import" : "imported") + " " +
-                     r["from"].get<std::string>() + " into " + r["into"].get<std::string>());
-  const std::size_t entries = r["skipped_mismatched"]["entries"].get<std::size_t>();
-  const std::size_t kernels = r["skipped_mismatched"]["kernels"].get<std::size_t>();
-  if (entries > 0 || kernels > 0) {
-    std::printf("skipped %zu entries and %zu kernels made for another device or kernel version\n", entries, kernels);
-  }
-}
-
-void merge_text(const json& r) {
-  report_text(r, "merged " + std::to_string(r["inputs"].size()) + " files into " + r["into"].get<std::string>());
-}
-
-void prune_text(const json& r) {
-  std::printf("%s %d tuned entries and %d compiled kernels of other kernel versions from %s (current: %s)\n",
-              r["dry_run"].get<bool>() ? "would remove" : "removed", r["entries_removed"].get<int>(),
-              r["kernels_removed"].get<int>(), r["cache"].get<std::string>().c_str(),
-              r["code_version"].get<std::string>().c_str());
 }
 
 }  // namespace
@@ -99,7 +67,10 @@ int run_export(const TransferOptions& o) {
   }
   return emit(o.common.json,
               {{"exported", o.file}, {"from", path}, {"entries", bundle.tuning.size()}, {"kernels", bundle.kernels.size()}},
-              export_text);
+              [&] {
+                std::printf("exported %zu tuned entries and %zu compiled kernels from %s to %s\n", bundle.tuning.size(),
+                            bundle.kernels.size(), path.c_str(), o.file.c_str());
+              });
 }
 
 int run_import(const TransferOptions& o) {
@@ -164,7 +135,15 @@ int run_import(const TransferOptions& o) {
   doc["from"] = o.file;
   doc["dry_run"] = o.dry_run;
   doc["skipped_mismatched"] = {{"entries", refused.tuning.size()}, {"kernels", refused.kernels.size()}};
-  return emit(o.common.json, doc, [verified](const json& d) { import_text(d, verified); });
+  // `verified`: how many kernels import --verify-kernels rebuilt identically first (0: none checked).
+  return emit(o.common.json, doc, [&] {
+    if (verified > 0) std::printf("verified %zu kernels: each the same bytes as its rebuild\n", verified);
+    report_text(r, std::string(o.dry_run ? "would import" : "imported") + " " + o.file + " into " + path);
+    if (!refused.tuning.empty() || !refused.kernels.empty()) {
+      std::printf("skipped %zu entries and %zu kernels made for another device or kernel version\n",
+                  refused.tuning.size(), refused.kernels.size());
+    }
+  });
 }
 
 int run_merge(const TransferOptions& o) {
@@ -204,7 +183,9 @@ int run_merge(const TransferOptions& o) {
   doc["inputs"] = o.inputs;
   doc["entries"] = merged.tuning.size();
   doc["kernels"] = merged.kernels.size();
-  return emit(o.common.json, doc, merge_text);
+  return emit(o.common.json, doc, [&] {
+    report_text(total, "merged " + std::to_string(o.inputs.size()) + " files into " + o.file);
+  });
 }
 
 int run_prune(const TransferOptions& o) {
@@ -227,7 +208,11 @@ int run_prune(const TransferOptions& o) {
   return emit(o.common.json,
               {{"cache", path}, {"dry_run", o.dry_run}, {"entries_removed", entries}, {"kernels_removed", kernels},
                {"code_version", current}},
-              prune_text);
+              [&] {
+                std::printf("%s %d tuned entries and %d compiled kernels of other kernel versions from %s (current: "
+                            "%s)\n",
+                            o.dry_run ? "would remove" : "removed", entries, kernels, path.c_str(), current.c_str());
+              });
 }
 
 }  // namespace gnsilu::tune

@@ -39,34 +39,35 @@ KernelCheck check_kernel(const cache::KernelRecord& k) {
   return c;
 }
 
-void verify_kernels_text(const json& r) {
-  for (const auto& c : r["kernels"]) {
-    const std::string status = c["status"].get<std::string>();
-    if (status != "same") std::printf("%s  sm_%d %s\n", status.c_str(), c["arch"].get<int>(), c["variant"].get<std::string>().c_str());
+// The counts of verify --kernels' summary.
+struct KernelCounts {
+  int same = 0, differ = 0, other = 0, failed = 0;
+};
+
+void verify_kernels_text(const std::vector<KernelCheck>& checks, const KernelCounts& n, const std::string& path) {
+  for (const auto& c : checks) {
+    if (c.status != "same") std::printf("%s  sm_%d %s\n", c.status.c_str(), c.key.arch, c.key.variant.c_str());
   }
   std::printf("%zu kernels in %s: %d the same bytes as their rebuild, %d differ, %d of another kernel version "
               "(not rebuilt), %d could not be rebuilt\n",
-              r["kernels"].size(), r["cache"].get<std::string>().c_str(), r["same"].get<int>(), r["differ"].get<int>(),
-              r["other_kernel_version"].get<int>(), r["not_rebuilt"].get<int>());
+              checks.size(), path.c_str(), n.same, n.differ, n.other, n.failed);
 }
 
-void verify_text(const json& r) {
+void verify_text(const std::vector<VerifyRow>& rows, const std::string& device, std::size_t others, int drifted,
+                 double tolerance, int failed) {
   std::vector<std::vector<std::string>> table{{"status", "key", "layout", "activation", "winner", "cached us", "now us",
                                                "drift", "default now us", "winner/default now"}};
-  for (const auto& e : r["entries"]) {
-    const json& key = e["key"];
-    const double winner_us = e["winner_us"].get<double>(), default_us = e["default_us"].get<double>();
-    table.push_back({e["status"].get<std::string>().substr(0, 40), key_text_of(key, false),
-                     key["layout"].get<std::string>(), key["activation"].get<std::string>(),
-                     config_text_of(e["winner"]), fixed(e["cached_best_us"].get<double>(), 1), fixed(winner_us, 1),
-                     fixed(100 * e["drift"].get<double>(), 1) + "%", fixed(default_us, 1),
-                     default_us > 0 ? fixed(winner_us / default_us, 3) : "-"});
+  for (const auto& r : rows) {
+    const cache::TuningKey& key = r.entry.key;
+    table.push_back({r.status.substr(0, 40), key_text(key, false), layout_name(key.layout),
+                     activation_name(key.activation), config_text(r.entry.winner), fixed(r.entry.best_us, 1),
+                     fixed(r.winner_us, 1), fixed(100 * r.drift, 1) + "%", fixed(r.default_us, 1),
+                     r.default_us > 0 ? fixed(r.winner_us / r.default_us, 3) : "-"});
   }
   print_table(table);
   std::printf("%zu entries re-timed on %s (%zu others are for other devices or kernel versions): %d drifted by more "
               "than %.0f%%, %d failed\n",
-              r["entries"].size(), r["device"]["name"].get<std::string>().c_str(), r["other_entries"].get<std::size_t>(),
-              r["drifted"].get<int>(), 100 * r["tolerance"].get<double>(), r["failed"].get<int>());
+              rows.size(), device.c_str(), others, drifted, 100 * tolerance, failed);
 }
 
 int run_verify_kernels(const VerifyOptions& o) {
@@ -79,17 +80,20 @@ int run_verify_kernels(const VerifyOptions& o) {
     throw CliError(kBadInput, e.what());
   }
   const auto checks = check_kernels(bundle.kernels, o.common);
-  const int same = count_status(checks, "same"), differ = count_status(checks, "differs");
-  const int other = count_status(checks, "other kernel version");
-  const int failed = static_cast<int>(checks.size()) - same - differ - other;
+  KernelCounts n;
+  n.same = count_status(checks, "same");
+  n.differ = count_status(checks, "differs");
+  n.other = count_status(checks, "other kernel version");
+  n.failed = static_cast<int>(checks.size()) - n.same - n.differ - n.other;
   json list = json::array();
   for (const auto& c : checks)
     list.push_back({{"arch", c.key.arch}, {"code_version", c.key.code_version}, {"variant", c.key.variant},
                     {"status", c.status}});
   return emit(o.common.json,
-              {{"cache", path}, {"kernels", list}, {"same", same}, {"differ", differ},
-               {"other_kernel_version", other}, {"not_rebuilt", failed}},
-              verify_kernels_text, differ > 0 ? kKernelDiffers : failed > 0 ? kFailed : kOk);
+              {{"cache", path}, {"kernels", list}, {"same", n.same}, {"differ", n.differ},
+               {"other_kernel_version", n.other}, {"not_rebuilt", n.failed}},
+              [&] { verify_kernels_text(checks, n, path); },
+              n.differ > 0 ? kKernelDiffers : n.failed > 0 ? kFailed : kOk);
 }
 
 }  // namespace
@@ -150,7 +154,10 @@ int run_verify(const VerifyOptions& o) {
                {"other_entries", entries.size() - mine.size()},
                {"drifted", drifted},
                {"failed", failed}},
-              verify_text, code);
+              [&] {
+                verify_text(rows, gpu->identity().name, entries.size() - mine.size(), drifted, o.tolerance, failed);
+              },
+              code);
 }
 
 }  // namespace gnsilu::tune

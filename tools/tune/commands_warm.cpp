@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <type_traits>
 
 #include "archs.hpp"
 #include "commands.hpp"
@@ -80,23 +81,16 @@ std::vector<int> archs_of(const std::vector<std::string>& values) {
   return archs;
 }
 
-std::string joined(const json& list, const char* separator, const char* prefix = "") {
+template <class T>
+std::string joined(const std::vector<T>& list, const char* separator, const char* prefix = "") {
   std::string out;
   for (const auto& x : list) {
-    out += (out.empty() ? "" : separator) + std::string(prefix) +
-           (x.is_string() ? x.get<std::string>() : x.dump());
+    if (!out.empty()) out += separator;
+    out += prefix;
+    if constexpr (std::is_same_v<T, std::string>) out += x;
+    else out += std::to_string(x);
   }
   return out;
-}
-
-// The text of compile (and of warm without a GPU).
-void compile_text(const json& r) {
-  const std::string cache = r["cache"].get<std::string>();
-  std::printf("%zu kernel variants for %s (%s; %s; %s): %llu compiled, %llu already in the cache (%s)\n",
-              r["variants"].get<std::size_t>(), joined(r["archs"], ", ", "sm_").c_str(), joined(r["dtypes"], ",").c_str(),
-              joined(r["layouts"], ",").c_str(), joined(r["activations"], ",").c_str(),
-              r["compiled"].get<unsigned long long>(), r["from_cache"].get<unsigned long long>(),
-              cache.empty() ? "cache off" : cache.c_str());
 }
 
 int compile_only(const std::vector<int>& archs, const std::vector<KernelForm>& forms, const Common& c,
@@ -118,45 +112,53 @@ int compile_only(const std::vector<int>& archs, const std::vector<KernelForm>& f
   if (!reason.empty()) progress.note(reason);
   const std::size_t variants = compile_all(archs, forms, progress);
   const auto& k = detail::counters();
+  const unsigned long long compiled = k.compiled.load(), from_cache = k.kernels_from_cache.load();
+  const std::string cache = cache_path(c.cache);
+  // The text of compile (and of warm without a GPU).
+  const auto text = [&] {
+    std::printf("%zu kernel variants for %s (%s; %s; %s): %llu compiled, %llu already in the cache (%s)\n", variants,
+                joined(archs, ", ", "sm_").c_str(), joined(dtypes, ",").c_str(), joined(layouts, ",").c_str(),
+                joined(activations, ",").c_str(), compiled, from_cache, cache.empty() ? "cache off" : cache.c_str());
+  };
   return emit(c.json,
               {{"mode", "compile"},
                {"archs", archs},
                {"dtypes", dtypes},
                {"layouts", layouts},
                {"activations", activations},
-               {"cache", cache_path(c.cache)},
+               {"cache", cache},
                {"variants", variants},
-               {"compiled", k.compiled.load()},
-               {"from_cache", k.kernels_from_cache.load()},
+               {"compiled", compiled},
+               {"from_cache", from_cache},
                {"note", reason}},
-              compile_text);
+              text);
 }
 
+// The counts of warm's summary.
+struct WarmSummary {
+  int cached = 0, tuned = 0, elsewhere = 0, busy = 0, failed = 0;
+  unsigned long long compiled = 0, kernels_from_cache = 0;
+};
+
 // The text of warm on a GPU: a row per key, the summary, and a line on stderr per key failed or busy.
-void warm_text(const json& r) {
+void warm_text(const std::vector<WarmRow>& rows, const WarmSummary& s) {
   std::vector<std::vector<std::string>> table{
       {"outcome", "key", "layout", "activation", "winner", "us", "default us", "speedup", "s"}};
-  for (const auto& row : r["keys"]) {
-    const bool entry = row.contains("winner");
-    const json& key = row["key"];
-    table.push_back({row["outcome"].get<std::string>(), key_text_of(key, false), key["layout"].get<std::string>(),
-                     key["activation"].get<std::string>(), entry ? config_text_of(row["winner"]) : "-",
-                     entry ? fixed(row["best_us"].get<double>(), 1) : "-",
-                     entry ? fixed(row["default_us"].get<double>(), 1) : "-",
-                     entry ? fixed(row["speedup"].get<double>(), 2) + "x" : "-", fixed(row["seconds"].get<double>(), 1)});
+  for (const auto& row : rows) {
+    const auto& e = row.entry;
+    table.push_back({outcome_name(row.outcome), key_text(row.key, false), layout_name(row.key.layout),
+                     activation_name(row.key.activation), e ? config_text(e->winner) : "-",
+                     e ? fixed(e->best_us, 1) : "-", e ? fixed(e->default_us, 1) : "-",
+                     e ? fixed(speedup(*e), 2) + "x" : "-", fixed(row.seconds, 1)});
   }
   print_table(table);
-  const json& s = r["summary"];
   std::printf("%zu keys: %d cached, %d tuned, %d tuned by another process, %d busy, %d failed; NVRTC compiled %llu "
               "kernel variants, %llu came from the cache\n",
-              s["keys"].get<std::size_t>(), s["cached"].get<int>(), s["tuned"].get<int>(),
-              s["tuned_by_another_process"].get<int>(), s["busy"].get<int>(), s["failed"].get<int>(),
-              s["compiled"].get<unsigned long long>(), s["kernels_from_cache"].get<unsigned long long>());
-  for (const auto& row : r["keys"]) {
-    const std::string outcome = row["outcome"].get<std::string>();
-    if (outcome == "failed" || outcome == "busy") {
-      std::fprintf(stderr, "gnsilu-tune: %s: %s\n", key_text_of(row["key"]).c_str(),
-                   row.value("message", std::string()).c_str());
+              rows.size(), s.cached, s.tuned, s.elsewhere, s.busy, s.failed, s.compiled, s.kernels_from_cache);
+  using O = detail::WarmResult::Outcome;
+  for (const auto& row : rows) {
+    if (row.outcome == O::Failed || row.outcome == O::HeldByOther) {
+      std::fprintf(stderr, "gnsilu-tune: %s: %s\n", key_text(row.key).c_str(), row.message.c_str());
     }
   }
 }
@@ -208,6 +210,10 @@ int run_warm(const WarmOptions& o) {
     list.push_back(row);
   }
   const bool ok = outcomes[O::Failed] == 0 && outcomes[O::HeldByOther] == 0;
+  const WarmSummary summary{outcomes[O::Cached],      outcomes[O::Tuned],
+                            outcomes[O::TunedElsewhere], outcomes[O::HeldByOther],
+                            outcomes[O::Failed] + outcomes[O::NotFound], k.compiled.load(),
+                            k.kernels_from_cache.load()};
   return emit(o.common.json,
               {{"mode", "tune"},
                {"device", device_json(*gpu)},
@@ -215,14 +221,14 @@ int run_warm(const WarmOptions& o) {
                {"keys", list},
                {"summary",
                 {{"keys", rows.size()},
-                 {"cached", outcomes[O::Cached]},
-                 {"tuned", outcomes[O::Tuned]},
-                 {"tuned_by_another_process", outcomes[O::TunedElsewhere]},
-                 {"busy", outcomes[O::HeldByOther]},
-                 {"failed", outcomes[O::Failed] + outcomes[O::NotFound]},
-                 {"compiled", k.compiled.load()},
-                 {"kernels_from_cache", k.kernels_from_cache.load()}}}},
-              warm_text, ok ? kOk : kFailed);
+                 {"cached", summary.cached},
+                 {"tuned", summary.tuned},
+                 {"tuned_by_another_process", summary.elsewhere},
+                 {"busy", summary.busy},
+                 {"failed", summary.failed},
+                 {"compiled", summary.compiled},
+                 {"kernels_from_cache", summary.kernels_from_cache}}}},
+              [&] { warm_text(rows, summary); }, ok ? kOk : kFailed);
 }
 
 int run_compile(const CompileOptions& o) {

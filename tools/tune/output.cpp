@@ -1,4 +1,4 @@
-// Output helpers of gnsilu-tune: key and configuration text (also from a result document), the progress line,
+// Output helpers of gnsilu-tune: key and configuration text, the progress line,
 // text tables, and emit: the one place a subcommand's result is printed, as JSON or as text.
 #include <unistd.h>
 
@@ -119,35 +119,11 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-cache::TuningKey key_of(const nlohmann::json& j) {
-  cache::TuningKey k;
-  const nlohmann::json& d = j.at("device");
-  k.device = {d.at("name").get<std::string>(), d.at("arch").get<int>(), d.at("sms").get<int>(),
-              d.at("memory_mib").get<int64_t>(), d.at("l2_kib").get<int>()};
-  k.code_version = j.at("code_version").get<std::string>();
-  k.channels_per_group = j.at("channels_per_group").get<int64_t>();
-  k.x_dtype = detail::dtype_from_name(j.at("x_dtype").get<std::string>()).value_or(DType::None);
-  k.y_dtype = detail::dtype_from_name(j.at("y_dtype").get<std::string>()).value_or(DType::None);
-  k.size_class = j.at("size_class").get<std::string>();
-  k.layout = detail::layout_from_name(j.at("layout").get<std::string>()).value_or(k.layout);
-  k.activation = detail::activation_from_name(j.at("activation").get<std::string>()).value_or(k.activation);
-  return k;
-}
-
-LaunchConfig config_of(const nlohmann::json& j) {
-  return {j.at("elems_per_load").get<int>(), j.at("warps").get<int>(), j.at("stages").get<int>(),
-          j.at("programs_per_sm").get<int>()};
-}
-
-std::string key_text_of(const nlohmann::json& key, bool form) { return key_text(key_of(key), form); }
-
-std::string config_text_of(const nlohmann::json& config) { return config_text(config_of(config)); }
-
-int emit(bool json, const nlohmann::json& result, const TextOf& text, int code) {
+int emit(bool json, const nlohmann::json& result, const PrintText& text, int code) {
   if (json) {
     std::printf("%s\n", result.dump(2).c_str());
   } else {
-    text(result);
+    text();
   }
   return code;
 }

@@ -139,10 +139,7 @@ int run_report(const ReportOptions& o) {
   out.close();
   if (!out) throw CliError(kFailed, o.output + ": cannot be written");
   return emit(o.common.json, {{"report", o.output}, {"format", format}, {"entries", entries.size()}},
-              [](const nlohmann::json& r) {
-                std::printf("wrote %s (%s, %zu keys)\n", r["report"].get<std::string>().c_str(),
-                            r["format"].get<std::string>().c_str(), r["entries"].get<std::size_t>());
-              });
+              [&] { std::printf("wrote %s (%s, %zu keys)\n", o.output.c_str(), format.c_str(), entries.size()); });
 }
 
 }  // namespace gnsilu::tune

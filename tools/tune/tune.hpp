@@ -154,18 +154,11 @@ void print_table(const std::vector<std::vector<std::string>>& rows);
 // `v` with `digits` decimals: "12.35".
 std::string fixed(double v, int digits);
 
-// Back from a result document, for its text: a key (cache::key_json's fields) and a launch configuration
-// (cache::config_json's), and their key_text and config_text.
-cache::TuningKey key_of(const nlohmann::json& key);
-LaunchConfig config_of(const nlohmann::json& config);
-std::string key_text_of(const nlohmann::json& key, bool form = true);
-std::string config_text_of(const nlohmann::json& config);
-
-// Printing once: a subcommand computes one result, the document that --json prints, and emit prints it: the
-// document itself (on stdout) when `json`, else text(result). The text functions read the document (and at most
-// an input the command echoes, never a value it computed), so the text and the JSON cannot drift apart.
-// Returns `code` (the command's exit code).
-using TextOf = std::function<void(const nlohmann::json& result)>;
-int emit(bool json, const nlohmann::json& result, const TextOf& text, int code = kOk);
+// Printing once: a subcommand computes one typed result, builds from it the document that --json prints and the
+// function that prints its text, and emit prints one of the two: the document (on stdout) when `json`, else
+// text(). Both are made from the same typed values; the text never reads the document back. Returns `code` (the
+// command's exit code).
+using PrintText = std::function<void()>;
+int emit(bool json, const nlohmann::json& result, const PrintText& text, int code = kOk);
 
 }  // namespace gnsilu::tune
