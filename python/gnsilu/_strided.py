@@ -19,11 +19,20 @@ from ._errors import invalid_argument
 
 FRAMES_FIRST = "frames first"
 CHANNELS_FIRST = "channels first"
+# The smallest x (bytes) this path takes. It saves a copy of x (or PyTorch's copy and its own passes) but makes
+# about five more launches and a few small tensors than a call on a dense x, which costs more than the copy on small
+# tensors (host-bound decodes). 16 MiB is where a copy's time reaches about five launches' worth on the H200; a
+# first estimate, not yet measured against the decodes. Smaller inputs keep the copy (FrameGroupNorm) or go to
+# PyTorch's ops (the modules).
+MIN_BYTES = 16 << 20
 
 
 def plan(x):
-    """The order of a torch tensor x that this module takes (FRAMES_FIRST, CHANNELS_FIRST), or None. x must be
-    in neither gnsilu layout (the caller checks: a dense x goes to the library as it is)."""
+    """The order of a torch tensor x that this module takes (FRAMES_FIRST, CHANNELS_FIRST), or None (another order,
+    or fewer than MIN_BYTES). x must be in neither gnsilu layout (the caller checks: a dense x goes to the library as
+    it is)."""
+    if x.numel() * x.element_size() < MIN_BYTES:
+        return None
     if x.dim() >= 4 and x.shape[2] > 1 and x.transpose(1, 2).is_contiguous():
         return FRAMES_FIRST
     if x.dim() >= 3 and x.shape[0] > 1 and x.transpose(0, 1).is_contiguous():

@@ -38,8 +38,8 @@ as GroupNorms in (b) and (c): they become a FrameGroupNorm around a GroupNormSiL
 diffusers' MiniMaxH3VideoGroupNorm (a per-frame nn.GroupNorm subclass) becomes a FrameGroupNormContiguous in (c). A swapped module that hands a CUDA input to
 PyTorch (strides in neither layout nor an order gnsilu._strided takes, another dtype) warns once, naming itself
 and why. In eager mode, inputs in the two orders video decoders make ((N, C, T, ...) stored frames first, and the
-frames of a (1, C, T, ...) video as a batch) run on gnsilu without a copy (gnsilu/_strided.py), with the bits of
-the contiguous call.
+frames of a (1, C, T, ...) video as a batch) of at least gnsilu._strided.MIN_BYTES (16 MiB) run on gnsilu without
+a copy (gnsilu/_strided.py), with the bits of the contiguous call.
 Only plain modules are touched: exactly nn.GroupNorm / nn.SiLU / nn.Sequential, with no hooks and no instance
 forward; nothing at all while global module hooks are registered. The limits are listed in python/README.md.
 """

@@ -1063,6 +1063,12 @@ class TestStridedOrders(unittest.TestCase):
     """gnsilu._strided: inputs stored frames first or channels first (video decoders' views) normalized in place from
     merged piece records, with the contiguous call's bits (CPU tensors: the library's CPU reference)."""
 
+    def setUp(self):
+        from gnsilu import _strided
+        patcher = mock.patch.object(_strided, "MIN_BYTES", 0)  # these small tensors stand for large ones
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
     @staticmethod
     def _reference(x, groups, w, b, activation):
         dense = x.contiguous()
@@ -1106,6 +1112,10 @@ class TestStridedOrders(unittest.TestCase):
         self.assertIsNone(_strided.plan(x.transpose(3, 4)))  # another order
         self.assertIsNone(_strided.plan(x[:, :, ::2]))  # not dense
         self.assertIsNone(_strided.plan(x[:1].transpose(1, 2)[:, :1].transpose(1, 2)))  # one frame: dense already
+        framed = x.transpose(1, 2).contiguous().transpose(1, 2)
+        with mock.patch.object(_strided, "MIN_BYTES", framed.numel() * framed.element_size() + 1):
+            self.assertIsNone(_strided.plan(framed))  # smaller than MIN_BYTES: the copy (or PyTorch) instead
+        self.assertEqual(_strided.plan(framed), _strided.FRAMES_FIRST)
         with self.assertRaises(ValueError):
             _strided.group_norm(torch, x, 4, None, None, 1e-6, "silu")
         framed = x.transpose(1, 2).contiguous().transpose(1, 2)
