@@ -50,6 +50,11 @@ def group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype=No
     if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1 \
             or channels % num_groups != 0:
         raise invalid_argument("num_groups", f"must be a positive integer dividing C = {channels}, got {num_groups!r}")
+    if torch.is_grad_enabled():  # as the dense path: gnsilu computes no gradients
+        for name, tensor in (("x", x), ("weight", weight), ("bias", bias), ("out", out)):
+            if tensor is not None and tensor.requires_grad:
+                raise invalid_argument(name, "requires grad, but gnsilu computes no gradients: call it under "
+                                             "torch.no_grad() or torch.inference_mode()")
     if out is not None and (tuple(out.shape) != tuple(x.shape) or out.stride() != x.stride()):
         raise invalid_argument("out", f"must have x's shape and strides {tuple(x.shape)} {x.stride()}, got "
                                       f"{tuple(out.shape)} {out.stride()}")

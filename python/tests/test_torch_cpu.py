@@ -1121,7 +1121,9 @@ class TestStridedOrders(unittest.TestCase):
         framed = x.transpose(1, 2).contiguous().transpose(1, 2)
         for call, name in ((lambda: _strided.group_norm(torch, framed, 3, None, None, 1e-6, "silu"), "'num_groups'"),
                            (lambda: _strided.group_norm(torch, framed, 4, None, None, 1e-6, "silu",
-                                                        out=torch.empty_like(x)), "'out'")):
+                                                        out=torch.empty_like(x)), "'out'"),
+                           (lambda: _strided.group_norm(torch, framed, 4, torch.ones(8, requires_grad=True), None,
+                                                        1e-6, "silu"), "'weight'")):
             with self.assertRaises(gnsilu.InvalidArgumentError) as caught:
                 call()
             self.assertIn(name, str(caught.exception))
