@@ -15,7 +15,9 @@ Two orders are taken (`plan`):
 The output has x's strides (torch.empty_like(x)), as the op's fake implementation says.
 """
 from . import _api
+from ._checks import _groups
 from ._errors import invalid_argument
+from ._torch_adapter import refuse_grad
 
 FRAMES_FIRST = "frames first"
 CHANNELS_FIRST = "channels first"
@@ -40,21 +42,15 @@ def plan(x):
     return None
 
 
-def group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype=None, out=None):
+def group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype=None, out=None, order=None):
     """group_norm(x.contiguous(), ...)'s values (and bits) in a tensor with x's strides (or in `out`, which must have
-    them), for an x that plan() takes. activation: "silu" or None."""
-    order = plan(x)
+    them), for an x that plan() takes. activation: "silu" or None. order: plan(x), when the caller has it already."""
+    order = order or plan(x)
     if order is None:
         raise ValueError("gnsilu._strided.group_norm: x is in neither order this path takes")
     channels = x.shape[1]
-    if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1 \
-            or channels % num_groups != 0:
-        raise invalid_argument("num_groups", f"must be a positive integer dividing C = {channels}, got {num_groups!r}")
-    if torch.is_grad_enabled():  # as the dense path: gnsilu computes no gradients
-        for name, tensor in (("x", x), ("weight", weight), ("bias", bias), ("out", out)):
-            if tensor is not None and tensor.requires_grad:
-                raise invalid_argument(name, "requires grad, but gnsilu computes no gradients: call it under "
-                                             "torch.no_grad() or torch.inference_mode()")
+    num_groups = _groups(num_groups, channels)  # the dense path's check
+    refuse_grad(torch, (("x", x), ("weight", weight), ("bias", bias), ("out", out)))  # the dense path's refusal
     if out is not None and (tuple(out.shape) != tuple(x.shape) or out.stride() != x.stride()):
         raise invalid_argument("out", f"must have x's shape and strides {tuple(x.shape)} {x.stride()}, got "
                                       f"{tuple(out.shape)} {out.stride()}")

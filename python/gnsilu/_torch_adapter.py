@@ -178,6 +178,18 @@ def torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dty
     return y
 
 
+def refuse_grad(torch, named_tensors):
+    """InvalidArgumentError naming the first of (name, tensor or None) that requires grad while grad mode is on:
+    gnsilu computes no gradients."""
+    if not torch.is_grad_enabled():
+        return
+    for name, tensor in named_tensors:
+        if tensor is not None and tensor.requires_grad:
+            raise invalid_argument(name, "requires grad, but gnsilu computes no gradients: call it under "
+                                         "torch.no_grad() or torch.inference_mode(), or use "
+                                         "gnsilu.torch.GroupNorm / GroupNormSiLU, which then run PyTorch's ops")
+
+
 def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out, pad=None,
                       pad_mode="constant", pad_value=0.0):
     key = None
@@ -219,13 +231,7 @@ def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_d
         if tuple(y.shape) != y_shape:
             what = "x's shape" if pad is None else "the padded shape"
             raise invalid_argument("out", f"must have {what} {y_shape}, got {tuple(y.shape)}")
-    if torch.is_grad_enabled():
-        for name, tensor in (("x", x), ("weight", weight_tensor), ("bias", bias_tensor), ("out", y)):
-            if tensor is not None and tensor.requires_grad:
-                raise invalid_argument(name, "requires grad, but gnsilu computes no gradients: call it under "
-                                             "torch.no_grad() or torch.inference_mode(), or use "
-                                             "gnsilu.torch.GroupNorm / GroupNormSiLU, which then run PyTorch's "
-                                             "ops")
+    refuse_grad(torch, (("x", x), ("weight", weight_tensor), ("bias", bias_tensor), ("out", y)))
     x_before = x
     x, y, layout = _torch_operands(torch, x, y, dtypes[y_code], y_shape if pad is not None else None)
     if result is None:

@@ -99,8 +99,9 @@ def _op_implementation(x, num_groups, weight=None, bias=None, eps=1e-6, activati
         try:
             if layout_of(x.shape, x.stride()) is not None:
                 return group_norm(x, num_groups, weight, bias, eps, kind, out_dtype)  # y: empty_like(x)
-            if _strided.plan(x) is not None:  # frames first or channels first: no copy, y with x's strides
-                return _strided.group_norm(torch, x, num_groups, weight, bias, eps, kind, out_dtype)
+            order = _strided.plan(x)
+            if order is not None:  # frames first or channels first: no copy, y with x's strides
+                return _strided.group_norm(torch, x, num_groups, weight, bias, eps, kind, out_dtype, order=order)
             y = _empty_output(x, out_dtype)
             if layout_of(y.shape, y.stride()) is not None:
                 return group_norm(x, num_groups, weight, bias, eps, kind, out=y)  # x copied into y's layout
