@@ -425,9 +425,10 @@ std::string noop_ptx() {
 }
 
 // The host time of a resolved call (1x32x8x8 bf16: the GPU keeps up, so nothing waits for it), whole and by the
-// driver calls it makes: context and device, one pointer check (the call makes four: x, y, weight, bias), the capture
-// query, and a launch of an empty kernel with and without programmatic stream serialization (the split path
-// launches chunk_stats plainly, finalize and apply with it on sm_90+; the fused path launches one kernel).
+// driver calls it makes: context and device, the library's check of one pointer (check_device_range: the call makes
+// four, x, y, weight and bias), the capture query, and a launch of an empty kernel with and without programmatic
+// stream serialization (the split path launches chunk_stats plainly, finalize and apply with it on sm_90+; the fused
+// path launches one kernel).
 int run_overhead() {
   const gt::PrimaryContext gpu;
   const std::vector<int64_t> shape{1, 32, 8, 8};
@@ -463,16 +464,8 @@ int run_overhead() {
                 GNSILU_CHECK(d.cuCtxGetCurrent(&c));
                 GNSILU_CHECK(d.cuCtxGetDevice(&dev));
               }));
-  std::printf("  %-58s %7.2f\n", "  cuPointerGetAttributes (5 attributes, one pointer)", host_us_per_call([&] {
-                unsigned memory_type = 0;
-                int ordinal = -1, managed = 0;
-                CUdeviceptr start = 0;
-                std::size_t size = 0;
-                CUpointer_attribute attributes[] = {
-                    CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_IS_MANAGED};
-                void* data[] = {&memory_type, &ordinal, &start, &size, &managed};
-                GNSILU_CHECK(d.cuPointerGetAttributes(5, attributes, data, reinterpret_cast<CUdeviceptr>(p.x)));
+  std::printf("  %-58s %7.2f\n", "  check_device_range (cuPointerGetAttributes, one pointer)", host_us_per_call([&] {
+                gd::check_device_range("x", p.x, 2 * 2048, gpu.info());
               }));
   std::printf("  %-58s %7.2f\n", "  cuStreamIsCapturing", host_us_per_call([&] {
                 CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
