@@ -65,8 +65,7 @@ Options parse(int argc, char** argv) {
 class Micro {
  public:
   explicit Micro(const gnsilu::tools::PrimaryContext& gpu)
-      : gpu_(gpu),
-        program_(compile_for(gpu.info().arch())),
+      : program_(compile_for(gpu.info().arch())),
         module_(gpu.context(), program_.image.data()),
         timer_(gpu.context(), static_cast<std::size_t>(gpu.info().l2_bytes)) {
     for (std::size_t k = 0; k < kKernels; ++k) {
@@ -113,7 +112,6 @@ class Micro {
   }
 
  private:
-  const gnsilu::tools::PrimaryContext& gpu_;
   gd::CompiledProgram program_;
   gd::ModuleHandle module_;
   gd::EventTimer timer_;
