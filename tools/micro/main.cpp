@@ -6,12 +6,18 @@
 //       and a reduction of 32-word records through distributed shared memory for clusters of 2 to 16 blocks (sm_90
 //       and later), and slices of a large buffer loaded into shared memory with vector loads against bulk copies,
 //       next to a device-to-device copy of the buffer. CUDA events around each launch (L2 flushed first), the
-//       median of 5 launches; latencies are a launch's time over its rounds.
+//       median of 5 launches; latencies are a launch's time over its rounds. Then a prototype of the read-once
+//       kernel (micro_read_once: one cluster a group, the group in shared memory, FP32/FP64 sums, not gnsilu's exact
+//       statistics) on issue 26's shapes, by cluster size and block size, next to a copy of the same bytes, with its
+//       largest error against an FP64 reference of two groups (in BF16 units in the last place).
 //   gnsilu-micro --compile-only ARCH
 //       Compiles the kernels for ARCH (75, 90, ...) with NVRTC and exits: no GPU needed (CI runs it).
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -31,7 +37,7 @@ namespace gd = gnsilu::detail;
 namespace gm = gnsilu::micro;
 
 constexpr std::size_t kKernels = std::size(gm::kKernelNames);
-enum Kernel { kGridBarrier, kFlag, kClusterBarrier, kDsmemReduce, kLoadVector, kLoadBulk };
+enum Kernel { kGridBarrier, kFlag, kClusterBarrier, kDsmemReduce, kLoadVector, kLoadBulk, kReadOnce };
 
 gd::CompiledProgram compile_for(int arch) {
   gd::CompileRequest request;
@@ -123,6 +129,130 @@ void row(const std::string& what, double value, const char* unit) {
   else std::printf("  %-66s %9.3f %s\n", what.c_str(), value, unit);
 }
 
+// BF16 bits to float and back (round to nearest even; the inputs are finite).
+float from_bf16(std::uint16_t b) {
+  const std::uint32_t w = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &w, 4);
+  return f;
+}
+
+std::uint16_t to_bf16(float f) {
+  std::uint32_t w;
+  std::memcpy(&w, &f, 4);
+  w += 0x7fffu + ((w >> 16) & 1u);
+  return static_cast<std::uint16_t>(w >> 16);
+}
+
+// The largest |y - reference| of group `group`, in units of BF16's last place at the reference (FP64 statistics and
+// SiLU, rounded to BF16 for the comparison's unit only).
+double group_error_ulps(const std::vector<std::uint16_t>& x, const std::vector<std::uint16_t>& y, std::size_t group,
+                        std::size_t group_elems, double eps) {
+  const std::size_t first = group * group_elems;
+  double s1 = 0, s2 = 0;
+  for (std::size_t i = 0; i < group_elems; ++i) {
+    const double v = from_bf16(x[first + i]);
+    s1 += v;
+    s2 += v * v;
+  }
+  const double mean = s1 / static_cast<double>(group_elems);
+  const double rstd = 1.0 / std::sqrt(s2 / static_cast<double>(group_elems) - mean * mean + eps);
+  double worst = 0;
+  for (std::size_t i = 0; i < group_elems; ++i) {
+    const double t = (from_bf16(x[first + i]) - mean) * rstd;
+    const double ref = t / (1.0 + std::exp(-t));
+    const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(ref), 1e-30)) - 7);
+    worst = std::max(worst, std::fabs(from_bf16(y[first + i]) - ref) / ulp);
+  }
+  return worst;
+}
+
+// micro_read_once on issue 26's shapes (BF16, 32 groups): each cluster size that divides a group into slices that
+// fit a block's shared memory, 256 and 512 threads a block, against a copy of the tensor.
+void read_once_table(Micro& m, const gnsilu::tools::PrimaryContext& gpu) {
+  const gd::DeviceInfo& dev = gpu.info();
+  if (dev.arch() < 90) {
+    std::printf("read-once prototype: needs sm_90 (clusters, bulk copies); not measured\n");
+    return;
+  }
+  const gd::Driver& d = gd::driver();
+  int optin = 0;
+  GNSILU_CHECK(d.cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev.device));
+  const int usable = optin - 1024;  // the kernel's static shared memory: barriers, sums (< 1 KiB)
+  GNSILU_CHECK(d.cuFuncSetAttribute(m.function(kReadOnce), CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
+  GNSILU_CHECK(d.cuFuncSetAttribute(m.function(kReadOnce), CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, usable));
+  struct Shape {
+    std::size_t n, c, h, w;
+  };
+  const Shape shapes[] = {{1, 512, 64, 64},   {2, 320, 96, 96},   {1, 512, 128, 128}, {1, 128, 256, 256},
+                          {1, 256, 256, 256}, {4, 512, 128, 128}, {1, 512, 256, 256}, {1, 256, 512, 512}};
+  constexpr std::size_t kGroups = 32, kPieces = 8;  // kPieces: micro_read_once's bulk copies a slice
+  constexpr float kEps = 1e-6f;
+  std::printf("read-once prototype (BF16, %zu groups, NCHW; %d bytes of shared memory a block at most):\n", kGroups,
+              usable);
+  std::printf("  %-18s %8s %7s %8s %6s %10s %10s %8s %8s %10s\n", "shape", "group", "cluster", "threads", "store",
+              "slice KiB", "us", "copy us", "x copy", "max ulps");
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (const Shape& sh : shapes) {
+    const std::size_t elems = sh.n * sh.c * sh.h * sh.w, bytes = elems * 2;
+    const std::size_t group_elems = sh.c / kGroups * sh.h * sh.w, groups = sh.n * kGroups;
+    std::vector<std::uint16_t> hx(elems), hy(elems);
+    for (auto& v : hx) {  // 3 + a spread of about 1: a mean large against the spread
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      v = to_bf16(3.0f + static_cast<float>(static_cast<std::int32_t>(state >> 32)) * 0x1p-31f);
+    }
+    const gd::DeviceBuffer x(gpu.context(), bytes), y(gpu.context(), bytes);
+    GNSILU_CHECK(d.cuMemcpyHtoD_v2(x.get(), hx.data(), bytes));
+    const double copy = m.copy_us(y.get(), x.get(), bytes);
+    const std::string name = std::to_string(sh.n) + "x" + std::to_string(sh.c) + "x" + std::to_string(sh.h) + "x" +
+                             std::to_string(sh.w);
+    bool any = false;
+    double best = 0;
+    std::string best_what;
+    for (unsigned cluster : {1u, 2u, 4u, 8u, 16u}) {
+      if (group_elems % (8 * kPieces * cluster) != 0) continue;
+      const std::size_t slice_bytes = group_elems * 2 / cluster;
+      if (slice_bytes > static_cast<std::size_t>(usable)) continue;
+      for (unsigned threads : {256u, 512u}) for (unsigned bulk_store : {0u, 1u}) {
+        any = true;
+        GNSILU_CHECK(d.cuMemsetD8_v2(y.get(), 0, bytes));
+        CUdeviceptr xp = x.get(), yp = y.get();
+        unsigned long long ge = group_elems;
+        float eps = kEps;
+        void* args[] = {&xp, &yp, &ge, &eps, &bulk_store};
+        const double us = m.time_us(kReadOnce, static_cast<unsigned>(groups * cluster), threads, args,
+                                    static_cast<unsigned>(slice_bytes), cluster);
+        double ulps = -1;
+        if (us >= 0) {
+          GNSILU_CHECK(d.cuMemcpyDtoH_v2(hy.data(), y.get(), bytes));
+          ulps = std::max(group_error_ulps(hx, hy, 0, group_elems, kEps),
+                          group_error_ulps(hx, hy, groups - 1, group_elems, kEps));
+        }
+        const char* store = bulk_store ? "bulk" : "vector";
+        if (us < 0) {
+          std::printf("  %-18s %6zu K %7u %8u %6s %10.1f %10s\n", name.c_str(), group_elems * 2 / 1024, cluster,
+                      threads, store, slice_bytes / 1024.0, "not launched");
+        } else {
+          std::printf("  %-18s %6zu K %7u %8u %6s %10.1f %10.2f %8.2f %8.2f %10.1f\n", name.c_str(),
+                      group_elems * 2 / 1024, cluster, threads, store, slice_bytes / 1024.0, us, copy, us / copy, ulps);
+          if (best == 0 || us < best) {
+            best = us;
+            best_what = "cluster " + std::to_string(cluster) + ", " + std::to_string(threads) + " threads, " + store +
+                        " stores";
+          }
+        }
+      }
+    }
+    if (best > 0) {
+      std::printf("  %-18s best %.2f us = %.2fx the copy (%s)\n", name.c_str(), best, best / copy, best_what.c_str());
+    }
+    if (!any) {
+      std::printf("  %-18s %6zu K  does not fit: a group needs more than 16 blocks' shared memory (copy %.2f us)\n",
+                  name.c_str(), group_elems * 2 / 1024, copy);
+    }
+  }
+}
+
 int run(const Options& o) {
   const gnsilu::tools::PrimaryContext gpu;
   const gd::DeviceInfo& dev = gpu.info();
@@ -191,6 +321,7 @@ int run(const Options& o) {
           us < 0 ? us : bytes / us / 1e3, "GB/s");
     }
   }
+  read_once_table(m, gpu);
   return 0;
 }
 
