@@ -243,7 +243,8 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
                 decode(z)
                 times.append((time.perf_counter() - begin) * 1e3)
             peak = float("nan")
-        error = float("nan") if exact is None else ((out.float() - exact).norm() / exact.norm()).item()
+        error = float("nan") if exact is None else \
+            ((out.double() - exact.double()).norm() / exact.double().norm()).item()
         kernels = breakdown(torch, decode, z) if args.profile and args.device == "cuda" else None
         memory = None
         if args.memory_breakdown and args.device == "cuda" and not mode.startswith("compile"):
@@ -301,7 +302,10 @@ def main():
         exact = None
         if args.exact:
             with torch.inference_mode():
-                exact = vae.decode(latent, **decode_kwargs(case, latent)).sample.float()
+                exact = vae.decode(latent, **decode_kwargs(case, latent)).sample.float().clone()
+            if not bool(torch.isfinite(exact).all()):
+                print(f"bench_vae: {case}: the float32 reference holds "
+                      f"{int((~torch.isfinite(exact)).sum())} NaN or Inf of {exact.numel()}", flush=True)
         vae_run = vae.to(getattr(torch, args.dtype))  # the decodes' dtype (bf16 unless --dtype)
         if args.dtype == "float32":  # float32 means float32: no TF32 in the convolutions and matrix products
             torch.backends.cudnn.allow_tf32 = False
