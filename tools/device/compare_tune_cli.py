@@ -22,7 +22,7 @@ _MASKS = [
     (re.compile(r"/[\w./-]*(cache|work|export|merged|report)[\w./-]*"), "<path>"),
     (re.compile(r"\b[0-9a-f]{12,64}\b"), "<hash>"),
     (re.compile(r"\d{4}-\d\d-\d\dT[\d:.]+Z?"), "<time>"),
-    (re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?"), "<n>"),
+    (re.compile(r"[-+]?\d+(\.\d+)?(e[-+]?\d+)?"), "<n>"),  # signed: a drift's sign is a measurement's
 ]
 
 
