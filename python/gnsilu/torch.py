@@ -37,9 +37,9 @@ Per-frame GroupNorm wrappers (diffusers' MochiChunkedGroupNorm3D, and CosmosCaus
 as GroupNorms in (b) and (c): they become a FrameGroupNorm around a GroupNormSiLU (a proven pair) or a GroupNorm.
 diffusers' MiniMaxH3VideoGroupNorm (a per-frame nn.GroupNorm subclass) becomes a FrameGroupNormContiguous in (c). A swapped module that hands a CUDA input to
 PyTorch (strides in neither layout nor an order gnsilu._strided takes, another dtype) warns once, naming itself
-and why. In eager mode, inputs in the two orders video decoders make ((N, C, T, ...) stored frames first, and the
-frames of a (1, C, T, ...) video as a batch) of at least gnsilu._strided.MIN_BYTES (16 MiB) run on gnsilu without
-a copy (gnsilu/_strided.py), with the bits of the contiguous call.
+and why. Inputs in the two orders video decoders make ((N, C, T, ...) stored frames first, and the frames of a
+(1, C, T, ...) video as a batch) of at least gnsilu._strided.MIN_BYTES (16 MiB) run on gnsilu without a copy
+(gnsilu/_strided.py), with the bits of the contiguous call, in eager mode and under torch.compile.
 Only plain modules are touched: exactly nn.GroupNorm / nn.SiLU / nn.Sequential, with no hooks and no instance
 forward; nothing at all while global module hooks are registered. The limits are listed in python/README.md.
 """
@@ -204,14 +204,15 @@ _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) 
 
 def _gnsilu_takes(module, x):
     """Whether gnsilu computes module(x) (GroupNorm or GroupNormSiLU): the conditions their docstrings list.
-    x must be dense in either layout (gnsilu.layout_of), or, in eager mode, in one of the orders gnsilu._strided
-    takes without a copy (frames first, channels first: video decoders' per-frame views): in any other, PyTorch's
-    ops run as they would without gnsilu (they copy such an input themselves)."""
+    x must be dense in either layout (gnsilu.layout_of), or in one of the orders gnsilu._strided takes without a
+    copy (frames first, channels first: video decoders' per-frame views; under torch.compile too, where the op's
+    tag needs_fixed_stride_order has Inductor hand it those strides): in any other, PyTorch's ops run as they would
+    without gnsilu (they copy such an input themselves)."""
     if _unusable is not None or torch.jit.is_tracing() or torch.jit.is_scripting():
         return False
     if type(x) is not torch.Tensor or not (x.is_cuda or x.device.type in _DEVICE_TYPES) \
             or x.dtype not in _DTYPES or x.dim() < 2 or x.shape[1] != module.num_channels \
-            or (layout_of(x.shape, x.stride()) is None and (_is_compiling() or _strided.plan(x) is None)):
+            or (layout_of(x.shape, x.stride()) is None and _strided.plan(x) is None):
         return False
     weight, bias = module.weight, module.bias
     for p in (weight, bias):
@@ -528,10 +529,10 @@ class FrameGroupNorm(nn.Module):
     What diffusers' MochiChunkedGroupNorm3D and CosmosCausalGroupNorm (num_groups=1) compute (swap_group_norm_silu
     puts it in their place, their GroupNorm swapped, under its own name: the state_dict keys stay
     `....norm_layer.weight` / `....norm.weight`), without the chunks and the concatenation:
-    a channels_last_3d input is already a channels-last batch of frames (a view: no copy); so, in eager mode, is a
-    contiguous one with B = 1 (its frames a batch in "channels first" order, which gnsilu._strided normalizes in
-    place); otherwise a contiguous input is copied into frame order once (PyTorch's GroupNorm would copy that view
-    too). Where its output is proven to go
+    a channels_last_3d input is already a channels-last batch of frames (a view: no copy); so is a contiguous one
+    with B = 1 (its frames a batch in "channels first" order, which gnsilu._strided normalizes in place, eager or
+    compiled) from gnsilu._strided.MIN_BYTES; otherwise a contiguous input is copied into frame order once
+    (PyTorch's GroupNorm would copy that view too). Where its output is proven to go
     straight into a SiLU (`_gnsilu_acts`, as for GroupNormSiLU), norm_layer is a GroupNormSiLU and the SiLU passes
     the output through."""
 
@@ -561,8 +562,7 @@ def _frames_forward(norm, input, name):
         raise ValueError(f"{name} expects a 5-D (B, C, T, H, W) input, got {input.dim()}-D")
     batch, frames = input.shape[0], input.shape[2]
     x = input.transpose(1, 2).flatten(0, 1)  # (B*T, C, H, W): a view where the strides allow
-    if x.dim() == 4 and layout_of(tuple(x.shape), x.stride()) is None \
-            and (_is_compiling() or _strided.plan(x) is None):
+    if x.dim() == 4 and layout_of(tuple(x.shape), x.stride()) is None and _strided.plan(x) is None:
         x = x.contiguous()  # one copy into frame order (a view in neither layout gnsilu's strided path takes)
     return norm(x).unflatten(0, (batch, frames)).transpose(1, 2)
 

@@ -980,6 +980,34 @@ class TestFrameGroupNorm(unittest.TestCase):
             self.assertTrue(same_bits(y.transpose(1, 2)[0].contiguous(), expected), f"FrameGroupNorm {dtype}")
         SUMMARY.append(("regions", "strided orders (frames first, channels first), no copy", "contiguous call's bits"))
 
+    def test_strided_orders_compiled(self):
+        """Under torch.compile (Inductor) the op receives the strided views and takes them through gnsilu._strided
+        (no copy into order): the eager bits, the output in x's strides."""
+        from gnsilu import _strided
+        patcher = mock.patch.object(_strided, "MIN_BYTES", 0)  # small tensors standing for large ones
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        torch.manual_seed(9)
+        norm = gt.GroupNormSiLU(8, 64).cuda().to(torch.bfloat16)
+        nn.init.normal_(norm.weight)
+        nn.init.normal_(norm.bias)
+        video = (torch.randn(1, 64, 5, 24, 20, device="cuda") * 2 + 3).to(torch.bfloat16)
+        framed = torch.randn(2, 5, 64, 24, 20, device="cuda").to(torch.bfloat16).transpose(1, 2)
+        frames = gt.FrameGroupNorm(norm)
+        for name, module, x in (("GroupNormSiLU, frames first", norm, framed),
+                                ("FrameGroupNorm, channels first", frames, video)):
+            with torch.inference_mode():
+                expected = module(x)
+                torch._dynamo.reset()
+                with mock.patch.object(_strided, "group_norm", wraps=_strided.group_norm) as strided_calls:
+                    y = torch.compile(module, fullgraph=True)(x)
+                    torch.cuda.synchronize()
+            self.assertGreater(strided_calls.call_count, 0, f"{name}: the compiled op did not take the strided path")
+            self.assertTrue(same_bits(y.contiguous(), expected.contiguous()), name)
+            sized = [d for d in range(x.dim()) if x.shape[d] > 1]
+            self.assertEqual([y.stride(d) for d in sized], [x.stride(d) for d in sized], name)
+        SUMMARY.append(("regions", "strided orders under torch.compile", "eager bits, no copy"))
+
     def test_silu_function_pair(self):
         """A block written `F.silu(self.norm(x))` (Cosmos, MiniMax-H3): after the swap gnsilu runs once, SiLU
         included, F.silu passes its output through, and the block's output has gnsilu's group_norm_silu bits."""

@@ -1138,6 +1138,38 @@ class TestStridedOrders(unittest.TestCase):
         self.assertEqual([str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)], [])
         self.assertTrue(torch.equal(y, F.silu(F.group_norm(framed, 4, norm.weight, norm.bias, 1e-5))))
 
+    def test_compiled_modules_take_these_orders_without_a_copy(self):
+        """Under torch.compile the op takes the strided view itself: no contiguous() (or clone) in the graph, the
+        eager bits, the output in x's strides."""
+        def recording(calls):
+            def backend(graph_module, example_inputs):
+                calls.extend(OP if node.target in (torch.ops.gnsilu.group_norm, torch.ops.gnsilu.group_norm.default)
+                             else str(node.target) for node in graph_module.graph.nodes
+                             if node.op in ("call_function", "call_method"))
+                return graph_module
+            return backend
+
+        torch.manual_seed(5)
+        gn = nn.GroupNorm(4, 16)
+        framed = (torch.randn(1, 3, 16, 5, 6) * 2 + 7).transpose(1, 2)  # (1, C, T, H, W) stored frames first
+        video = torch.randn(1, 16, 3, 5, 6) * 2 + 7  # contiguous: its frames a batch stored channels first
+        cases = [("GroupNormSiLU, frames first", gt.GroupNormSiLU.from_group_norm(gn), framed,
+                  lambda x: F.silu(F.group_norm(x, 4, gn.weight, gn.bias, gn.eps))),
+                 ("FrameGroupNorm, channels first", gt.FrameGroupNorm(gt.GroupNorm.from_group_norm(gn)), video,
+                  lambda x: F.group_norm(x.transpose(1, 2).flatten(0, 1), 4, gn.weight, gn.bias, gn.eps)
+                  .unflatten(0, (1, 3)).transpose(1, 2))]
+        for name, module, x, expected in cases:
+            with self.subTest(name), modules_take_cpu(), torch.no_grad():
+                torch._dynamo.reset()
+                calls = []
+                y = torch.compile(module, backend=recording(calls), fullgraph=True)(x)
+                self.assertEqual(calls.count(OP), 1, calls)
+                self.assertFalse([c for c in calls if "contiguous" in c or "clone" in c], calls)
+                self.assertTrue(torch.equal(y, expected(x)))
+                self.assertTrue(torch.equal(y, module(x)))
+                sized = [d for d in range(x.dim()) if x.shape[d] > 1]  # a size-1 dimension's stride means nothing
+                self.assertEqual([y.stride(d) for d in sized], [x.stride(d) for d in sized])
+
 
 def _rank_split_worker(rank, world, init_file, result_file):
     """One rank of TestRanks: its half of the rows, statistics merged over gloo, its half normalized."""
