@@ -87,6 +87,18 @@ __device__ __forceinline__ u64 load_remote(const u64* local, unsigned rank) {
   asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(remote) : "memory");
   return v;
 }
+
+// Waits until the mbarrier at shared address `barrier` has completed the phase of parity `phase`.
+__device__ __forceinline__ void wait_parity(unsigned barrier, unsigned phase) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(barrier), "r"(phase)
+        : "memory");
+  }
+}
 #endif
 
 // `rounds` cluster barriers (launched with a cluster dimension).
@@ -158,14 +170,7 @@ extern "C" __global__ void micro_load_bulk(const uint4* x, u64 n16, unsigned sli
                    "l"(x + base), "r"(bytes), "r"(barrier_address)
                    : "memory");
     }
-    unsigned done = 0;
-    while (!done) {
-      asm volatile(
-          "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-          : "=r"(done)
-          : "r"(barrier_address), "r"(phase)
-          : "memory");
-    }
+    wait_parity(barrier_address, phase);
     phase ^= 1u;
     for (unsigned i = threadIdx.x; i < count; i += blockDim.x) sum += tile[i].x;
     __syncthreads();
@@ -182,12 +187,7 @@ extern "C" __global__ void micro_load_bulk(const uint4* x, u64 n16, unsigned sli
 // memory with 16-byte stores. x is read from DRAM once.
 #if __CUDA_ARCH__ >= 900
 __device__ __forceinline__ double load_remote_f64(const double* local, unsigned rank) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(local));
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
-  double v;
-  asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(remote) : "memory");
-  return v;
+  return __longlong_as_double(static_cast<long long>(load_remote(reinterpret_cast<const u64*>(local), rank)));
 }
 
 __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi) {
@@ -240,15 +240,7 @@ extern "C" __global__ void micro_read_once(const uint4* x, uint4* y, u64 group_e
   __syncthreads();  // the barriers are initialized before anyone waits on them
   float s1 = 0.0f, s2 = 0.0f;
   for (unsigned i = 0; i < kPieces; ++i) {
-    const unsigned b = static_cast<unsigned>(__cvta_generic_to_shared(&barriers[i]));
-    unsigned done = 0;
-    while (!done) {
-      asm volatile(
-          "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-          : "=r"(done)
-          : "r"(b)
-          : "memory");
-    }
+    wait_parity(static_cast<unsigned>(__cvta_generic_to_shared(&barriers[i])), 0);
     for (unsigned j = threadIdx.x; j < piece16; j += blockDim.x) {
       const uint4 v = tile[i * piece16 + j];
       const unsigned w[4] = {v.x, v.y, v.z, v.w};
