@@ -30,7 +30,9 @@ def _masked(text, work):
     text = text.replace(work, "<work>")
     for pattern, word in _MASKS:
         text = pattern.sub(word, text)
-    return text.splitlines()
+    # Runs of blanks as one: a table's padding follows its numbers' widths (an entry's age, a drift), which differ
+    # from run to run.
+    return [re.sub(r"[ \t]+", " ", line) for line in text.splitlines()]
 
 
 def _json_shape(value):
