@@ -17,7 +17,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -25,6 +24,7 @@
 #include "base/driver.hpp"
 #include "base/errors.hpp"
 #include "common/device.hpp"
+#include "kernels/gnsilu_math.cuh"
 #include "micro/micro_kernels.hpp"
 #include "runtime/compiler.hpp"
 #include "runtime/modules.hpp"
@@ -129,21 +129,6 @@ void row(const std::string& what, double value, const char* unit) {
   else std::printf("  %-66s %9.3f %s\n", what.c_str(), value, unit);
 }
 
-// BF16 bits to float and back (round to nearest even; the inputs are finite).
-float from_bf16(std::uint16_t b) {
-  const std::uint32_t w = static_cast<std::uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &w, 4);
-  return f;
-}
-
-std::uint16_t to_bf16(float f) {
-  std::uint32_t w;
-  std::memcpy(&w, &f, 4);
-  w += 0x7fffu + ((w >> 16) & 1u);
-  return static_cast<std::uint16_t>(w >> 16);
-}
-
 // The largest |y - reference| of group `group`, in units of BF16's last place at the reference (FP64 statistics and
 // SiLU, rounded to BF16 for the comparison's unit only).
 double group_error_ulps(const std::vector<std::uint16_t>& x, const std::vector<std::uint16_t>& y, std::size_t group,
@@ -151,7 +136,7 @@ double group_error_ulps(const std::vector<std::uint16_t>& x, const std::vector<s
   const std::size_t first = group * group_elems;
   double s1 = 0, s2 = 0;
   for (std::size_t i = 0; i < group_elems; ++i) {
-    const double v = from_bf16(x[first + i]);
+    const double v = gnsilu::math::bf16_to_float(x[first + i]);
     s1 += v;
     s2 += v * v;
   }
@@ -159,10 +144,10 @@ double group_error_ulps(const std::vector<std::uint16_t>& x, const std::vector<s
   const double rstd = 1.0 / std::sqrt(s2 / static_cast<double>(group_elems) - mean * mean + eps);
   double worst = 0;
   for (std::size_t i = 0; i < group_elems; ++i) {
-    const double t = (from_bf16(x[first + i]) - mean) * rstd;
+    const double t = (gnsilu::math::bf16_to_float(x[first + i]) - mean) * rstd;
     const double ref = t / (1.0 + std::exp(-t));
     const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(ref), 1e-30)) - 7);
-    worst = std::max(worst, std::fabs(from_bf16(y[first + i]) - ref) / ulp);
+    worst = std::max(worst, std::fabs(gnsilu::math::bf16_to_float(y[first + i]) - ref) / ulp);
   }
   return worst;
 }
@@ -199,7 +184,7 @@ void read_once_table(Micro& m, const gnsilu::tools::PrimaryContext& gpu) {
     std::vector<std::uint16_t> hx(elems), hy(elems);
     for (auto& v : hx) {  // 3 + a spread of about 1: a mean large against the spread
       state = state * 6364136223846793005ull + 1442695040888963407ull;
-      v = to_bf16(3.0f + static_cast<float>(static_cast<std::int32_t>(state >> 32)) * 0x1p-31f);
+      v = gnsilu::math::float_to_bf16(3.0f + static_cast<float>(static_cast<std::int32_t>(state >> 32)) * 0x1p-31f);
     }
     const gd::DeviceBuffer x(gpu.context(), bytes), y(gpu.context(), bytes);
     GNSILU_CHECK(d.cuMemcpyHtoD_v2(x.get(), hx.data(), bytes));

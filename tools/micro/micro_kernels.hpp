@@ -205,6 +205,10 @@ __device__ __forceinline__ unsigned apply2(unsigned w, float mean, float rstd) {
   return pack_bf16x2(silu_norm(__uint_as_float(w << 16), mean, rstd),
                      silu_norm(__uint_as_float(w & 0xffff0000u), mean, rstd));
 }
+
+__device__ __forceinline__ uint4 apply8(uint4 v, float mean, float rstd) {
+  return make_uint4(apply2(v.x, mean, rstd), apply2(v.y, mean, rstd), apply2(v.z, mean, rstd), apply2(v.w, mean, rstd));
+}
 #endif
 
 // bulk_store 0: y written with 16-byte stores by every thread; 1: each piece transformed in place in shared memory,
@@ -291,9 +295,7 @@ extern "C" __global__ void micro_read_once(const uint4* x, uint4* y, u64 group_e
   if (bulk_store) {
     for (unsigned i = 0; i < kPieces; ++i) {
       for (unsigned j = i * piece16 + threadIdx.x; j < (i + 1) * piece16; j += blockDim.x) {
-        const uint4 v = tile[j];
-        tile[j] = make_uint4(apply2(v.x, mean, rstd), apply2(v.y, mean, rstd), apply2(v.z, mean, rstd),
-                             apply2(v.w, mean, rstd));
+        tile[j] = apply8(tile[j], mean, rstd);
       }
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // this thread's writes, seen by the bulk copy
       __syncthreads();
@@ -309,9 +311,7 @@ extern "C" __global__ void micro_read_once(const uint4* x, uint4* y, u64 group_e
     __syncthreads();
   } else {
     for (u64 j = threadIdx.x; j < slice16; j += blockDim.x) {
-      const uint4 v = tile[j];
-      y[first16 + j] = make_uint4(apply2(v.x, mean, rstd), apply2(v.y, mean, rstd), apply2(v.z, mean, rstd),
-                                  apply2(v.w, mean, rstd));
+      y[first16 + j] = apply8(tile[j], mean, rstd);
     }
   }
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
