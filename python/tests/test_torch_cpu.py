@@ -49,12 +49,15 @@ PROBLEM_FIELDS = [name for name, _ in _lib.Problem._fields_]
 OP = "gnsilu::group_norm"  # how graph_ops records the operator
 
 
-def graph_ops(recorded):
-    """A torch.compile backend that records the call_function targets of each graph it is given."""
+def graph_ops(recorded, methods=False):
+    """A torch.compile backend that records the call_function targets of each graph it is given (and, with
+    methods, the names of its call_method nodes: x.contiguous() is one)."""
+    kinds = ("call_function", "call_method") if methods else ("call_function",)
+
     def backend(graph_module, example_inputs):
         recorded.extend(OP if node.target in (torch.ops.gnsilu.group_norm, torch.ops.gnsilu.group_norm.default)
                         else str(node.target)
-                        for node in graph_module.graph.nodes if node.op == "call_function")
+                        for node in graph_module.graph.nodes if node.op in kinds)
         return graph_module
     return backend
 
@@ -1142,14 +1145,6 @@ class TestStridedOrders(unittest.TestCase):
         """Under torch.compile the op takes the strided view itself (GroupNorm, GroupNormSiLU): no contiguous() (or
         clone) in the graph, the eager bits, the output in x's strides. FrameGroupNorm keeps its copy into frame order
         there (Inductor folds it into the producer): one contiguous() before the op, the eager bits."""
-        def recording(calls):
-            def backend(graph_module, example_inputs):
-                calls.extend(OP if node.target in (torch.ops.gnsilu.group_norm, torch.ops.gnsilu.group_norm.default)
-                             else str(node.target) for node in graph_module.graph.nodes
-                             if node.op in ("call_function", "call_method"))
-                return graph_module
-            return backend
-
         torch.manual_seed(5)
         gn = nn.GroupNorm(4, 16)
         framed = (torch.randn(1, 3, 16, 5, 6) * 2 + 7).transpose(1, 2)  # (1, C, T, H, W) stored frames first
@@ -1165,7 +1160,7 @@ class TestStridedOrders(unittest.TestCase):
             with self.subTest(name), modules_take_cpu(), torch.no_grad():
                 torch._dynamo.reset()
                 calls = []
-                y = torch.compile(module, backend=recording(calls), fullgraph=True)(x)
+                y = torch.compile(module, backend=graph_ops(calls, methods=True), fullgraph=True)(x)
                 self.assertEqual(calls.count(OP), 1, calls)
                 self.assertEqual(len([c for c in calls if "contiguous" in c or "clone" in c]), copies, calls)
                 self.assertTrue(torch.equal(y, expected(x)))
