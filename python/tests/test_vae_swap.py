@@ -758,6 +758,26 @@ def test_split_rows_hunyuan_video_swapped():
     _split_decode("AutoencoderKLHunyuanVideo", config, randn(1, 4, 2, 9, 8), 2, swap=True)
 
 
+def test_split_rows_silu_function_pair():
+    """A norm proven to go straight into F.silu(...) (swapped for one that returns silu(group_norm(x)) marked for
+    F.silu to pass through): within gnsilu.split.rows its band forward marks its output too, so SiLU runs once."""
+    require()
+    import gnsilu.split as gs
+    from toy_models import FunctionalSiLU
+    torch.manual_seed(3)
+    model = FunctionalSiLU(64, 32).eval()
+    x = torch.randn(1, 64, 6, 5)
+    with one_thread(), torch.no_grad():
+        expected = model(x)  # PyTorch's GroupNorm, then F.silu
+    gt.swap_group_norm_silu(model)
+    assert type(model.norm).__name__ == "_GroupNormBeforeSiLUFunction", type(model.norm)
+    with one_thread(), torch.no_grad(), gs.rows(model):
+        got = model(x)  # the band forward: gnsilu's exact statistics and apply (one rank)
+    assert type(got) is torch.Tensor, type(got)
+    error = _relative_l2(got, expected)
+    assert error < 1e-5, f"relative L2 {error:.3g} (SiLU applied twice: about 0.26 here)"
+
+
 def test_split_rows_errors():
     require()
     import gnsilu.split as gs
