@@ -160,13 +160,7 @@ def _norm_forward(module, ranks, activation, original, x):
     if not ranks.whole and not ranks.alone:
         ranks.all_reduce_stats(stats)
     y = _api.group_norm_apply(x, stats, module.weight, module.bias, module.eps, activation)
-    if isinstance(module, _gt._GroupNormBeforeSiLUFunction):
-        # Its block hands this output straight to F.silu(...) (the swap proved it): SiLU is applied here, so the
-        # output is marked for F.silu to pass through, as the module's own forward marks it.
-        return _gt._handed_to_silu_function(y, True)
-    for act in getattr(module, "_gnsilu_acts", ()):  # a swapped pair: its SiLU passes this output through
-        setattr(act, _gt._HANDOFF, y)
-    return y
+    return _gt._hand_on(module, y)  # handed on as the module's own forward hands it
 
 
 def _whole_forward(module, ranks, original, x, *args, **kwargs):

@@ -379,10 +379,7 @@ class _GroupNormSiLUBeforeSiLU(GroupNormSiLU):
     hands its output to that SiLU module (its `_gnsilu_acts`), which then passes that very tensor through."""
 
     def forward(self, input):
-        output = super().forward(input)
-        for act in self._gnsilu_acts:
-            setattr(act, _HANDOFF, output)
-        return output
+        return _hand_on(self, super().forward(input))
 
 
 _PADDED = "_gnsilu_padded"  # on a PaddedInputConv: (interior, padded) its _GroupNormSiLUPadded just made
@@ -405,9 +402,7 @@ class _GroupNormSiLUPadded(_GroupNormSiLUBeforeSiLU):
         padded = call(input, self.num_groups, self.weight, self.bias, self.eps, "silu", pad, mode, 0.0, out_dtype)
         output = _interior(padded, pad)
         setattr(self._gnsilu_conv, _PADDED, (output, padded))
-        for act in self._gnsilu_acts:
-            setattr(act, _HANDOFF, output)
-        return output
+        return _hand_on(self, output)
 
 
 class PaddedInputConv(nn.Module):
@@ -487,6 +482,18 @@ def _handed_to_silu_function(output, applied):
     return output.as_subclass(_SiLUApplied) if applied else output
 
 
+def _hand_on(norm, output):
+    """What a swapped norm returns once it has computed silu(group_norm(x)) (its forward, or gnsilu.split's band
+    forward): output marked for F.silu to pass through where the block hands it straight to F.silu(...)
+    (_GroupNormBeforeSiLUFunction), else output, handed to the SiLU modules that pass it through (`_gnsilu_acts`,
+    none for a norm without a proven SiLU)."""
+    if isinstance(norm, _GroupNormBeforeSiLUFunction):
+        return _handed_to_silu_function(output, True)
+    for act in getattr(norm, "_gnsilu_acts", ()):
+        setattr(act, _HANDOFF, output)
+    return output
+
+
 class _GroupNormBeforeSiLUFunction(GroupNormSiLU):
     """GroupNormSiLU in a block whose code is proven to hand its output straight to F.silu(...): returns
     silu(group_norm(x)) marked so that F.silu passes it through (_SiLUApplied), or group_norm(x) where F.silu must
@@ -550,10 +557,7 @@ class FrameGroupNorm(nn.Module):
     def forward(self, input):
         if getattr(self, "_gnsilu_silu_function", False):  # proven to go straight into F.silu(...)
             return _frames_before_silu_function(self.norm_layer, input, type(self).__name__, contiguous=False)
-        output = _frames_forward(self.norm_layer, input, type(self).__name__)
-        for act in getattr(self, "_gnsilu_acts", ()):
-            setattr(act, _HANDOFF, output)
-        return output
+        return _hand_on(self, _frames_forward(self.norm_layer, input, type(self).__name__))
 
 
 def _frames_forward(norm, input, name):
