@@ -167,6 +167,18 @@ def _norm_forward(module, ranks, activation, original, x):
     return _gt._hand_on(module, y)  # handed on as the module's own forward hands it
 
 
+def _frames_norm_forward(module, ranks, original, x):
+    """A FrameGroupNormContiguous's band forward: each frame's statistics apart (the frames are a batch of images;
+    their records merged across ranks), as its own forward computes them, the output contiguous; where the swap
+    proved it goes straight into F.silu(...), silu applied and the output marked for F.silu to pass through."""
+    silu_function = getattr(module, "_gnsilu_silu_function", False)
+    activation = "silu" if silu_function else None
+    name = type(module).__name__
+    output = _gt._frames_forward(lambda frames: _norm_forward(module, ranks, activation, original, frames), x, name)
+    output = output.contiguous()
+    return _gt._handed_to_silu_function(output, True) if silu_function else output
+
+
 def _whole_forward(module, ranks, original, x, *args, **kwargs):
     """module on the whole tensor, gathered from the bands; this rank's band of the result (same height)."""
     if ranks.whole:
@@ -208,6 +220,8 @@ def _kinds():
     # takes halo rows as the causal convolution's does (the norms' band forwards hand it no padded tensor).
     kinds.append((_gt.PaddedInputConv, _padded_input_forward))
     kinds.append((_gt.GroupNormSiLU, lambda m, r, n, o: functools.partial(_norm_forward, m, r, "silu", o)))
+    # Before nn.GroupNorm, whose subclass it is: its statistics are per frame, not over the whole 5-D tensor.
+    kinds.append((_gt.FrameGroupNormContiguous, lambda m, r, n, o: functools.partial(_frames_norm_forward, m, r, o)))
     kinds.append((nn.GroupNorm, lambda m, r, n, o: functools.partial(_norm_forward, m, r, None, o)))
     kinds.append(((nn.Conv2d, nn.Conv3d), lambda m, r, n, o: functools.partial(_conv_forward, m, r, n, o)))
     return kinds

@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 try:
     import torch
     from torch import nn
+    import torch.nn.functional as F
     from diffusers.models import autoencoders
     import gnsilu.torch as gt
 except ImportError as error:  # not ModuleNotFoundError only: diffusers may fail to import for other reasons
@@ -878,6 +879,36 @@ def test_split_rows_silu_function_pair():
     assert type(got) is torch.Tensor, type(got)
     error = _relative_l2(got, expected)
     assert error < 1e-5, f"relative L2 {error:.3g} (SiLU applied twice: about 0.26 here)"
+
+
+def test_split_rows_frame_group_norm_contiguous():
+    """A FrameGroupNormContiguous (MiniMaxH3VideoGroupNorm's swap: GroupNorm of each frame apart) within
+    gnsilu.split.rows: its band forward takes each frame's statistics apart, as its own forward does, not the whole
+    5-D tensor's (an nn.GroupNorm subclass, it had been taken for a plain GroupNorm), and gives a contiguous output.
+    The frames differ in mean and spread, so statistics over all frames are far off (one rank; CPU)."""
+    require()
+    import gnsilu.split as gs
+    torch.manual_seed(5)
+    norm = nn.GroupNorm(8, 32)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.5, 0.5)
+    frames = torch.tensor([0.0, 3.0, -2.0]).view(1, 1, 3, 1, 1), torch.tensor([1.0, 0.2, 5.0]).view(1, 1, 3, 1, 1)
+    x = torch.randn(2, 32, 3, 8, 6) * frames[1] + frames[0]
+    with torch.no_grad():
+        expected = F.group_norm(x.transpose(1, 2).flatten(0, 1), 8, norm.weight, norm.bias, norm.eps)
+        expected = expected.unflatten(0, (2, 3)).transpose(1, 2)
+    model = nn.Sequential(gt.FrameGroupNormContiguous.from_group_norm(norm)).eval()
+    with one_thread(), torch.no_grad():
+        plain = model(x)  # its own forward
+    with one_thread(), torch.no_grad(), gs.rows(model):
+        got = model(x)  # the band forward (one rank)
+    assert got.is_contiguous() and got.shape == x.shape
+    for name, y in (("forward", plain), ("band forward", got)):
+        error = _relative_l2(y, expected)
+        assert error < 1e-5, f"{name}: relative L2 {error:.3g} to per-frame statistics"
+    whole = F.group_norm(x, 8, norm.weight, norm.bias, norm.eps)
+    assert _relative_l2(whole, expected) > 0.1  # the frames' statistics do differ
 
 
 def test_split_and_slabs_with_moved_biases():
