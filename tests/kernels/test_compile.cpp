@@ -10,6 +10,12 @@
 // - a list ("90,100"): those; an entry this NVRTC cannot compile for fails the test.
 // The work is cut into one job per (architecture, layout, activation) and the jobs run on every core.
 //
+// GNSILU_TEST_KERNELS=<substrings, separated by spaces or ';'> (opt-in): each job compiles only the kernels whose
+// name expression contains one of them ("fused<1,1,16,32,1,0> chunk_stats<3,"), under the same rules: a check of
+// chosen instances on every architecture in minutes before a full run (a kernel change needs a cold one: over an
+// hour and a half on 2 cores). A filtered job's result is neither read from nor written to the pass cache, and the
+// test says that it ran filtered.
+//
 // GNSILU_COMPILE_PASS_CACHE=<folder> (opt-in; .ci/run sets it): a job that passed is remembered there under a key
 // of everything its verdict depends on (the kernel sources' SHA-256, NVRTC's version and library file, the options,
 // the architecture and the kernel names, and this test's rules); the same job later reads its per-kernel summary
@@ -297,7 +303,48 @@ std::vector<std::string> problems_of(const Summary& s, const std::set<std::strin
   return problems;
 }
 
-JobResult run_job(const Job& job, const std::string& cache_folder) {
+// GNSILU_TEST_KERNELS as a list of substrings (separated by spaces or ';': a kernel's template arguments hold
+// commas); none: every kernel.
+std::vector<std::string> kernel_filter(const char* value) {
+  std::vector<std::string> out;
+  if (value == nullptr) return out;
+  std::string text(value);
+  std::replace(text.begin(), text.end(), ';', ' ');
+  std::istringstream items(text);
+  for (std::string item; items >> item;) out.push_back(item);
+  return out;
+}
+
+// The job's kernel name expressions that contain one of `filter`'s substrings (all of them without a filter).
+std::vector<std::string> job_names(const Job& job, const std::vector<std::string>& filter) {
+  std::vector<std::string> names;
+  for (const auto& v : variants_of(job)) {
+    for (const auto& name : gnsilu::detail::kernel_names(v)) {
+      const bool wanted = filter.empty() || std::any_of(filter.begin(), filter.end(), [&](const std::string& f) {
+                            return name.find(f) != std::string::npos;
+                          });
+      if (wanted && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+  }
+  return names;
+}
+
+// A job: every kernel of its variants, or with a filter only its kernels (and then no pass is read or written).
+JobResult run_job(const Job& job, const std::string& cache_folder, const std::vector<std::string>& filter) {
+  if (!filter.empty()) {
+    JobResult r;
+    gnsilu::detail::CompileRequest request;
+    request.arch = job.arch;
+    request.names = job_names(job, filter);
+    request.extra_options = kExtraOptions;
+    if (request.names.empty()) return r;
+    const auto started = std::chrono::steady_clock::now();
+    const auto program = gnsilu::detail::compile(request);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    r.summary = parse_report(program.log);
+    r.problems = problems_of(r.summary, {program.lowered_names.begin(), program.lowered_names.end()});
+    return r;
+  }
   JobResult r;
   const std::string key = cache_folder.empty() ? "" : job_key(job);
   if (!cache_folder.empty()) {
@@ -328,6 +375,11 @@ TEST_CASE("every kernel variant compiles without spills for the architectures un
   MESSAGE(selection.note);
   const char* cache_env = std::getenv("GNSILU_COMPILE_PASS_CACHE");
   const std::string cache_folder = cache_env == nullptr ? "" : cache_env;
+  const std::vector<std::string> filter = kernel_filter(std::getenv("GNSILU_TEST_KERNELS"));
+  if (!filter.empty()) {
+    MESSAGE("GNSILU_TEST_KERNELS=" << std::string(std::getenv("GNSILU_TEST_KERNELS"))
+                                   << ": filtered, nothing remembered");
+  }
 
   std::vector<Job> jobs;
   for (int arch : selection.archs)
@@ -344,7 +396,7 @@ TEST_CASE("every kernel variant compiles without spills for the architectures un
     pool.emplace_back([&] {
       for (std::size_t i; (i = next++) < jobs.size();) {
         try {
-          results[i] = run_job(jobs[i], cache_folder);
+          results[i] = run_job(jobs[i], cache_folder, filter);
         } catch (const gnsilu::CompileError& e) {
           std::lock_guard lock(mutex);
           errors.push_back(jobs[i].label() + ": " + e.what() + "\noptions: " + e.options());
@@ -364,6 +416,10 @@ TEST_CASE("every kernel variant compiles without spills for the architectures un
     if (!results[i]) continue;
     const JobResult& r = *results[i];
     (r.from_cache ? from_cache : compiled)++;
+    if (r.summary.empty() && !filter.empty()) {
+      MESSAGE(jobs[i].label() << ": no kernel matches GNSILU_TEST_KERNELS");
+      continue;
+    }
     int most = 0;
     for (const auto& [name, k] : r.summary) most = std::max(most, k.registers);
     MESSAGE(jobs[i].label() << ": " << r.summary.size() << " kernels, at most " << most << " registers, "
@@ -435,6 +491,23 @@ TEST_CASE("GNSILU_TEST_ARCHS: the classes' representatives by default, 'all', a 
     CHECK(seen.insert(c.representative).second);
     for (int a : c.siblings) CHECK(seen.insert(a).second);
   }
+}
+
+TEST_CASE("GNSILU_TEST_KERNELS: substrings of the kernels' name expressions; a job keeps the names that contain one") {
+  CHECK(kernel_filter(nullptr).empty());
+  CHECK(kernel_filter("").empty());
+  CHECK(kernel_filter(" ;; ").empty());
+  CHECK(kernel_filter("fused<1,1,16,32,1,0> apply<").size() == 2);  // commas belong to the template arguments
+  CHECK(kernel_filter("finalize;apply_padded").size() == 2);
+  const Job job{90, Layout::ChannelsLast, Activation::SiLU};
+  const auto all = job_names(job, {});
+  const auto finalize = job_names(job, {"finalize<"});
+  CHECK(finalize.size() == 3);  // one a dtype of x, whatever y and the configuration
+  for (const auto& name : finalize) CHECK(name.find("gnsilu::kernel::finalize<") == 0);
+  const auto two = job_names(job, {"apply_padded<1,1,1,0>", "finalize<3,1>"});
+  CHECK(two == std::vector<std::string>{"gnsilu::kernel::apply_padded<1,1,1,0>", "gnsilu::kernel::finalize<3,1>"});
+  CHECK(job_names(job, {"no such kernel"}).empty());
+  CHECK(all.size() > finalize.size());
 }
 
 TEST_CASE("the pass cache: a pass is read back only under the same key, and damaged files are ignored") {
