@@ -1,8 +1,8 @@
 // gnsilu: the GroupNorm(+SiLU) kernels, compiled at run time by NVRTC for the device's exact architecture.
 //
-// Two paths compute the same bits (gnsilu_math.cuh defines the arithmetic, gnsilu_exact.cuh the exact statistics), in two
-// memory layouts that also give the same bits: channel-major (NCHW, NCDHW, ...) and channels-last (NHWC, ...).
-// A variant is compiled for one layout (LAYOUT) and one activation (ACT: SiLU or none).
+// Two paths compute the same bits (gnsilu_math.cuh defines the arithmetic, gnsilu_exact.cuh the exact statistics), in
+// two memory layouts that also give the same bits: channel-major (NCHW, NCDHW, ...) and channels-last (NHWC, ...). A
+// variant is compiled for one layout (LAYOUT) and one activation (ACT: SiLU or none).
 //
 //   split (three launches, any size; from sm_90 the second and third overlap the drain of the one before):
 //     chunk_stats  NCHW: one warp per chunk: loads the chunk into registers (4 x 16-byte vectors per lane),
@@ -86,8 +86,14 @@ __device__ __forceinline__ RawVector<T> load_raw(const void* base, i64 i) {
 template <int T>
 __device__ __forceinline__ void unpack(const RawVector<T>& r, float (&v)[kVec]) {
   if constexpr (T == kFP32) {
-    v[0] = float_of(r.q[0].a); v[1] = float_of(r.q[0].b); v[2] = float_of(r.q[0].c); v[3] = float_of(r.q[0].d);
-    v[4] = float_of(r.q[1].a); v[5] = float_of(r.q[1].b); v[6] = float_of(r.q[1].c); v[7] = float_of(r.q[1].d);
+    v[0] = float_of(r.q[0].a);
+    v[1] = float_of(r.q[0].b);
+    v[2] = float_of(r.q[0].c);
+    v[3] = float_of(r.q[0].d);
+    v[4] = float_of(r.q[1].a);
+    v[5] = float_of(r.q[1].b);
+    v[6] = float_of(r.q[1].c);
+    v[7] = float_of(r.q[1].d);
   } else {
     const u32 w[4] = {r.q[0].a, r.q[0].b, r.q[0].c, r.q[0].d};
 #pragma unroll
@@ -116,8 +122,10 @@ __device__ __forceinline__ float element_of(const RawVector<XT>& r, int e) {
     const int k = e / 2;
     const u32 w = k == 0 ? r.q[0].a : k == 1 ? r.q[0].b : k == 2 ? r.q[0].c : r.q[0].d;
     const u16 h = static_cast<u16>(e % 2 ? w >> 16 : w & 0xFFFFu);
-    if constexpr (XT == kBF16) return bf16_to_float(h);
-    else return fp16_to_float(h);
+    if constexpr (XT == kBF16)
+      return bf16_to_float(h);
+    else
+      return fp16_to_float(h);
   }
 }
 
@@ -161,7 +169,10 @@ __device__ __forceinline__ void load_values(const void* base, i64 i, float (&v)[
     v[0] = load_element<T>(base, i);
   } else if constexpr (T == kFP32) {
     const Raw16 r = load16(static_cast<const float*>(base) + i);
-    v[0] = float_of(r.a); v[1] = float_of(r.b); v[2] = float_of(r.c); v[3] = float_of(r.d);
+    v[0] = float_of(r.a);
+    v[1] = float_of(r.b);
+    v[2] = float_of(r.c);
+    v[3] = float_of(r.d);
   } else {
     u32 w[2];
     load8bytes(static_cast<const u16*>(base) + i, w[0], w[1]);
@@ -241,8 +252,10 @@ struct ChunkData {
 // The raw bits of element i of x (a 16-bit value in the low half, or the FP32 bits).
 template <int XT>
 __device__ __forceinline__ u32 element_bits(const void* x, i64 i) {
-  if constexpr (XT == kFP32) return static_cast<const u32*>(x)[i];
-  else return static_cast<const u16*>(x)[i];
+  if constexpr (XT == kFP32)
+    return static_cast<const u32*>(x)[i];
+  else
+    return static_cast<const u16*>(x)[i];
 }
 
 // Slot s of a chunk from 8 elements' bits given one by one (absent ones as 0).
@@ -252,13 +265,144 @@ __device__ __forceinline__ RawVector<XT> raw_from_bits(BitsOf bits_of_element) {
 #pragma unroll
   for (int e = 0; e < kVec; ++e) {
     const u32 b = bits_of_element(e);
-    if constexpr (XT == kFP32) w[e] = b;
-    else w[e / 2] = e % 2 ? (w[e / 2] | b << 16) : b;
+    if constexpr (XT == kFP32)
+      w[e] = b;
+    else
+      w[e / 2] = e % 2 ? (w[e / 2] | b << 16) : b;
   }
   RawVector<XT> r;
 #pragma unroll
   for (int q = 0; q < (XT == kFP32 ? 2 : 1); ++q) r.q[q] = Raw16{w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]};
   return r;
+}
+
+// ---- the input bias (Params::input_bias) ----------------------------------------------------------------
+// The tensor normalized is x + b[channel], each sum rounded to XT (math::add_in). It is added where x is loaded: to
+// raw vectors (a chunk's, or an apply step's), or to single elements; absent elements of a chunk stay +0.
+template <int XT>
+__device__ __forceinline__ u32 bias_bits(const Params& p, i64 channel) {
+  return element_bits<XT>(p.input_bias, channel);
+}
+
+// An element of x plus its channel's bias (x itself without one).
+template <int XT>
+__device__ __forceinline__ float biased(const Params& p, float x, i64 channel) {
+  return p.input_bias != nullptr ? add_in<XT>(x, load_element<XT>(p.input_bias, channel)) : x;
+}
+
+// Raw bits x + b (both raw bits of XT, 16-bit values in the low half).
+template <int XT>
+__device__ __forceinline__ u32 add_bits(u32 x, u32 b) {
+  if constexpr (XT == kFP32) {
+    return bits_of(float_of(x) + float_of(b));
+  } else {
+    const u16 hx = static_cast<u16>(x), hb = static_cast<u16>(b);
+    if constexpr (XT == kBF16)
+      return float_to_bf16(bf16_to_float(hx) + bf16_to_float(hb));
+    else
+      return float_to_fp16(fp16_to_float(hx) + fp16_to_float(hb));
+  }
+}
+
+// The same value in every element of a raw vector.
+template <int XT>
+__device__ __forceinline__ RawVector<XT> broadcast_raw(u32 bits) {
+  const u32 w = XT == kFP32 ? bits : (bits & 0xFFFFu) * 0x10001u;
+  RawVector<XT> r;
+#pragma unroll
+  for (int q = 0; q < (XT == kFP32 ? 2 : 1); ++q) r.q[q] = Raw16{w, w, w, w};
+  return r;
+}
+
+// x + b element by element, rounded to XT (math::add_in; pack_*x2 round as float_to_* do).
+template <int XT>
+__device__ __forceinline__ RawVector<XT> add_raw(const RawVector<XT>& x, const RawVector<XT>& b) {
+  float v[kVec], w[kVec];
+  unpack<XT>(x, v);
+  unpack<XT>(b, w);
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) v[e] += w[e];
+  RawVector<XT> r;
+  if constexpr (XT == kFP32) {
+    r.q[0] = Raw16{bits_of(v[0]), bits_of(v[1]), bits_of(v[2]), bits_of(v[3])};
+    r.q[1] = Raw16{bits_of(v[4]), bits_of(v[5]), bits_of(v[6]), bits_of(v[7])};
+  } else if constexpr (XT == kBF16) {
+    r.q[0] = Raw16{pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7])};
+  } else {
+    r.q[0] = Raw16{pack_fp16x2(v[0], v[1]), pack_fp16x2(v[2], v[3]), pack_fp16x2(v[4], v[5]), pack_fp16x2(v[6], v[7])};
+  }
+  return r;
+}
+
+// Elements m ... 7 of a raw vector set to +0 (m < 8).
+template <int XT>
+__device__ __forceinline__ void keep_first(RawVector<XT>& r, int m) {
+#pragma unroll
+  for (int q = 0; q < (XT == kFP32 ? 2 : 1); ++q) {
+    u32* w[4] = {&r.q[q].a, &r.q[q].b, &r.q[q].c, &r.q[q].d};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (XT == kFP32) {
+        if (4 * q + k >= m) *w[k] = 0u;
+      } else {
+        const u32 keep = (2 * k < m ? 0xFFFFu : 0u) | (2 * k + 1 < m ? 0xFFFF0000u : 0u);
+        *w[k] &= keep;
+      }
+    }
+  }
+}
+
+// Bias vector b added to a lane's slots of a loaded chunk (its absent elements stay +0).
+template <int XT>
+__device__ __forceinline__ void add_chunk_bias(const RawVector<XT>& b, int lane, ChunkData<XT>& c) {
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    const int first = (lane + kLanes * s) * kVec;
+    if (first < c.n) {
+      c.raw[s] = add_raw<XT>(c.raw[s], b);
+      if (first + kVec > c.n) keep_first<XT>(c.raw[s], c.n - first);
+    }
+  }
+}
+
+// The input bias added to a chunk of channel-major memory loaded from element `start` (load_run, load_full_chunk):
+// one channel's where the chunk lies in one row, else (whole channels: S <= 512) each element's own. A chunk lies
+// in one group, so its channels follow the first one's without wrapping.
+// The input bias added to a chunk that spans whole channels: element i is in channel `channel` + (offset + i) / s.
+// Each slot's first element's channel is found by one division, then carried through its 8 elements; run after
+// the chunk's loads, so that none of the loads' registers are live beside it.
+template <int XT>
+__device__ __forceinline__ void add_channels_bias(const Params& p, i64 channel, unsigned offset, unsigned s, int lane,
+                                                  ChunkData<XT>& c) {
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    const int first = (lane + kLanes * k) * kVec;
+    if (first >= c.n) continue;
+    const unsigned i = offset + static_cast<unsigned>(first);
+    unsigned next = i / s, r = i - next * s;
+    const RawVector<XT> b = raw_from_bits<XT>([&](int e) {
+      const u32 bits = first + e < c.n ? bias_bits<XT>(p, channel + next) : 0u;
+      if (++r == s) {
+        r = 0;
+        ++next;
+      }
+      return bits;
+    });
+    c.raw[k] = add_raw<XT>(c.raw[k], b);
+    if (first + kVec > c.n) keep_first<XT>(c.raw[k], c.n - first);
+  }
+}
+
+template <int XT>
+__device__ __forceinline__ void add_run_bias(const Params& p, i64 start, int lane, ChunkData<XT>& c) {
+  const i64 row = start / p.s;
+  const i64 offset = start - row * p.s;
+  const i64 channel = row % p.c;
+  if (offset + c.n <= p.s) {
+    add_chunk_bias<XT>(broadcast_raw<XT>(bias_bits<XT>(p, channel)), lane, c);
+    return;
+  }
+  add_channels_bias<XT>(p, channel, static_cast<unsigned>(offset), static_cast<unsigned>(p.s), lane, c);
 }
 
 // The n elements of x from `start` on (channel-major: a chunk is one contiguous run).
@@ -272,8 +416,8 @@ __device__ __forceinline__ void load_run(const Params& p, i64 start, int n, int 
       c.raw[s] = load_raw<XT>(p.x, start + first);
     } else {
       // Element by element (unaligned rows, or the end of a chunk), into the same raw layout.
-      c.raw[s] = raw_from_bits<XT>(
-          [&](int e) { return first + e < n ? element_bits<XT>(p.x, start + first + e) : 0u; });
+      c.raw[s] =
+          raw_from_bits<XT>([&](int e) { return first + e < n ? element_bits<XT>(p.x, start + first + e) : 0u; });
     }
   }
 }
@@ -286,6 +430,7 @@ __device__ __forceinline__ void load_full_chunk(const Params& p, i64 chunk, int 
   const i64 start = chunk * kChunk + static_cast<i64>(lane) * kVec;
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) c.raw[s] = load_raw<XT>(p.x, start + kLanes * kVec * s);
+  if (p.input_bias != nullptr) add_run_bias<XT>(p, chunk * kChunk, lane, c);
 }
 
 // Where chunk `chunk` of the tensor (group-major numbering) lies in channel-major memory, and its length. With
@@ -313,6 +458,7 @@ __device__ __forceinline__ void load_chunk(const Params& p, i64 chunk, int lane,
   int n;
   chunk_extent(p, chunk, start, n);
   load_run<XT>(p, start, n, lane, c);
+  if (p.input_bias != nullptr) add_run_bias<XT>(p, start, lane, c);
 }
 
 // Chunk `chunk` of the tensor in channels-last memory, element by element: element i of the chunk is its
@@ -335,6 +481,7 @@ __device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, 
       const i64 at = base + static_cast<i64>(first) * p.c;
       c.raw[s] = raw_from_bits<XT>([&](int e) { return first + e < n ? element_bits<XT>(p.x, at + e * p.c) : 0u; });
     }
+    if (p.input_bias != nullptr) add_chunk_bias<XT>(broadcast_raw<XT>(bias_bits<XT>(p, channel)), lane, c);
     return;
   }
   // Whole channels (S <= 512): element i is channel i / S, pixel i % S. One unsigned division an element, each on
@@ -350,6 +497,7 @@ __device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, 
       return element_bits<XT>(p.x, base + static_cast<i64>(pixel) * p.c + k);
     });
   }
+  if (p.input_bias != nullptr) add_channels_bias<XT>(p, channel, 0u, static_cast<unsigned>(pixels), lane, c);
 }
 
 template <int XT>
@@ -371,8 +519,10 @@ __device__ __forceinline__ u32 lane_top_bits(const ChunkData<XT>& c, const float
       const u32 w[4] = {c.raw[s].q[0].a, c.raw[s].q[0].b, c.raw[s].q[0].c, c.raw[s].q[0].d};
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        if constexpr (XT == kBF16) asm("max.NaN.xorsign.abs.bf16x2 %0, %0, %1;" : "+r"(top) : "r"(w[k]));
-        else asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(top) : "r"(w[k]));
+        if constexpr (XT == kBF16)
+          asm("max.NaN.xorsign.abs.bf16x2 %0, %0, %1;" : "+r"(top) : "r"(w[k]));
+        else
+          asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(top) : "r"(w[k]));
       }
     }
     const u32 lo = top & 0x7FFFu;
@@ -419,7 +569,8 @@ __device__ __forceinline__ void level_sums(u32 sum_t, u64 sum_t2, int elements, 
   const int k = static_cast<int>(sum_t - static_cast<u32>(elements) * kMagicBits);
   const u64 m = kMagicBits;
   sum_k = k;
-  sum_k2 = static_cast<i64>(sum_t2 - static_cast<u64>(elements) * m * m - 2ull * m * static_cast<u64>(static_cast<i64>(k)));
+  sum_k2 =
+      static_cast<i64>(sum_t2 - static_cast<u64>(elements) * m * m - 2ull * m * static_cast<u64>(static_cast<i64>(k)));
 }
 
 // Two levels (gnsilu_exact.cuh: level_grid), for chunks whose elements do not all lie on the one grid, and FP32
@@ -469,7 +620,7 @@ __device__ __forceinline__ exact::ChunkRecord two_level_chunk(const float (&v)[k
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         const float x = v[i][e] * pre;
-        const float t1 = fmaf(x, s, kMagic);  // nearest: |x - k1 2^g| <= 2^(g - 1)
+        const float t1 = fmaf(x, s, kMagic);            // nearest: |x - k1 2^g| <= 2^(g - 1)
         const float rest = fmaf(t1 - kMagic, step, x);  // exact
         const float t2 = fma_rz(rest, s2, kMagic);
         inexact |= bits_of(t2) ^ bits_of(fma_ru(rest, s2, kMagic));
@@ -562,8 +713,10 @@ __device__ __forceinline__ exact::ChunkRecord reduce_chunk(const ChunkData<XT>& 
 // Where element (sample, channel, pixel) of x lies in the layout.
 template <int LAYOUT>
 __device__ __forceinline__ i64 element_offset(const Params& p, i64 sample, i64 channel, i64 pixel) {
-  if constexpr (LAYOUT == kChannelsLast) return (sample * p.s + pixel) * p.c + channel;
-  else return (sample * p.c + channel) * p.s + pixel;
+  if constexpr (LAYOUT == kChannelsLast)
+    return (sample * p.s + pixel) * p.c + channel;
+  else
+    return (sample * p.c + channel) * p.s + pixel;
 }
 
 // A warp's combined sums (warp_combine), for the block's thread 0 to merge.
@@ -575,11 +728,11 @@ struct WarpSums {
 inline constexpr int kMaxMergeWarps = 32;
 
 struct MergeShared {
-  exact::Record total;     // sums that did not stay in registers (rare), and the slow path's record
+  exact::Record total;  // sums that did not stay in registers (rare), and the slow path's record
   exact::Scratch scratch;
   WarpSums warp[kMaxMergeWarps];
   int escaped;
-  int spilled;             // something was added to `total`
+  int spilled;  // something was added to `total`
   GroupStats stats;
 };
 
@@ -685,7 +838,8 @@ __device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 gr
         const i64 q = i - k * place.pixels;
         const i64 at =
             element_offset<LAYOUT>(p, sample, first_channel + place.first_channel + k, place.first_pixel + q);
-        exact::acc_add_element(acc, bits_of(load_element<XT>(p.x, at)), sink);
+        const float v = biased<XT>(p, load_element<XT>(p.x, at), first_channel + place.first_channel + k);
+        exact::acc_add_element(acc, bits_of(v), sink);
       }
     }
     exact::acc_flush(acc, sink);
@@ -705,8 +859,7 @@ __device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 gr
       high = sh.warp[w].top > high ? sh.warp[w].top : high;
       weight += sh.warp[w].weight;
     }
-    const bool whole =
-        record_in == nullptr && sh.spilled == 0 && (weight == 0 || exact::acc_fits(high, low, weight));
+    const bool whole = record_in == nullptr && sh.spilled == 0 && (weight == 0 || exact::acc_fits(high, low, weight));
     for (int w = 0; w < kWarps; ++w) {
       const WarpSums& ws = sh.warp[w];
       total.count += ws.count;
@@ -747,47 +900,100 @@ __device__ constexpr int vectors_per_step() {
   return tight && EPL / kVec > 2 ? 2 : EPL / kVec;
 }
 
-// y over elements [begin, end) of one row (one set of constants), EPL elements per thread per step. The next
-// step's vectors are loaded (raw) before this step's are transformed, so loads stay in flight during the
-// arithmetic.
-template <int XT, int YT, int ACT, int THREADS, int EPL>
-__device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, const RowConstants& rc, int tid) {
+// The vectorized part of apply_row. BIAS: the row's input bias is added to x (the loop is instantiated twice, so that
+// a call without a bias runs the loop it ran before the bias existed).
+template <int XT, int YT, int ACT, int THREADS, int EPL, bool BIAS>
+__device__ __forceinline__ void apply_row_vectors(const Params& p, i64 begin, i64 end, const RowConstants& rc,
+                                                  const RawVector<XT>& bias, int tid) {
   constexpr int kVecs = vectors_per_step<XT, EPL>();
   constexpr i64 kStep = static_cast<i64>(THREADS) * kVec * kVecs;
   const auto same = [&](int) -> const RowConstants& { return rc; };
-  if (p.vectorized) {
-    i64 i = begin + static_cast<i64>(tid) * kVec;
-    RawVector<XT> raw[kVecs];
+  i64 i = begin + static_cast<i64>(tid) * kVec;
+  RawVector<XT> raw[kVecs];
+#pragma unroll
+  for (int q = 0; q < kVecs; ++q) {
+    const i64 at = i + static_cast<i64>(q) * THREADS * kVec;
+    if (at < end) raw[q] = load_raw<XT>(p.x, at);
+  }
+  for (; i < end; i += kStep) {
+    RawVector<XT> next[kVecs];
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      const i64 at = i + kStep + static_cast<i64>(q) * THREADS * kVec;
+      if (at < end) next[q] = load_raw<XT>(p.x, at);
+    }
 #pragma unroll
     for (int q = 0; q < kVecs; ++q) {
       const i64 at = i + static_cast<i64>(q) * THREADS * kVec;
-      if (at < end) raw[q] = load_raw<XT>(p.x, at);
+      if (at < end) {
+        if constexpr (BIAS) raw[q] = add_raw<XT>(raw[q], bias);
+        float v[kVec];
+        unpack<XT>(raw[q], v);
+        // For bf16 outputs, x again from its raw form in registers: the rare path runs often enough in some
+        // lane of a warp that reading x from memory instead measured 12% slower (PERFORMANCE.md, v6).
+        transform_values<YT, ACT, YT == kBF16>(v, same, [&](int e) { return element_of<XT>(raw[q], e); });
+        store_vector<YT>(p.y, at, v);
+      }
+      raw[q] = next[q];
     }
-    for (; i < end; i += kStep) {
-      RawVector<XT> next[kVecs];
-#pragma unroll
-      for (int q = 0; q < kVecs; ++q) {
-        const i64 at = i + kStep + static_cast<i64>(q) * THREADS * kVec;
-        if (at < end) next[q] = load_raw<XT>(p.x, at);
-      }
-#pragma unroll
-      for (int q = 0; q < kVecs; ++q) {
-        const i64 at = i + static_cast<i64>(q) * THREADS * kVec;
-        if (at < end) {
-          float v[kVec];
-          unpack<XT>(raw[q], v);
-          // For bf16 outputs, x again from its raw form in registers: the rare path runs often enough in some
-          // lane of a warp that reading x from memory instead measured 12% slower (PERFORMANCE.md, v6).
-          transform_values<YT, ACT, YT == kBF16>(v, same, [&](int e) { return element_of<XT>(raw[q], e); });
-          store_vector<YT>(p.y, at, v);
-        }
-        raw[q] = next[q];
-      }
+  }
+}
+
+// y over elements [begin, end) of row `row` (one set of constants), EPL elements per thread per step. The next
+// step's vectors are loaded (raw) before this step's are transformed, so loads stay in flight during the arithmetic.
+template <int XT, int YT, int ACT, int THREADS, int EPL>
+__device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, const RowConstants& rc, i64 row,
+                                          int tid) {
+  const bool has_bias = p.input_bias != nullptr;
+  const i64 channel = has_bias ? row % p.c : 0;
+  if (p.vectorized) {
+    if (has_bias) {
+      apply_row_vectors<XT, YT, ACT, THREADS, EPL, true>(p, begin, end, rc,
+                                                         broadcast_raw<XT>(bias_bits<XT>(p, channel)), tid);
+    } else {
+      apply_row_vectors<XT, YT, ACT, THREADS, EPL, false>(p, begin, end, rc, broadcast_raw<XT>(0u), tid);
     }
   } else {
     for (i64 i = begin + tid; i < end; i += THREADS) {
-      store_element<YT>(p.y, i, transform<ACT>(load_element<XT>(p.x, i), rc));
+      store_element<YT>(p.y, i, transform<ACT>(biased<XT>(p, load_element<XT>(p.x, i), channel), rc));
     }
+  }
+}
+
+// The vectorized pixels of one (column, block) of apply_channels_last: x and y from xs and ys (the thread's first
+// vector), `next` elements from one of a step's vectors to the next. BIAS: the column's input biases are added to x
+// (instantiated twice, as apply_row_vectors).
+template <int XT, int YT, int ACT, int EPL, bool BIAS>
+__device__ __forceinline__ void cl_apply_pixels(const char* xs, char* ys, i64 begin, i64 end, i64 lanes, i64 next,
+                                                const RowConstants (&rc)[kVec], const RawVector<XT>& bias) {
+  constexpr int kVecs = vectors_per_step<XT, EPL>();
+  constexpr i64 kXBytes = XT == kFP32 ? 4 : 2, kYBytes = YT == kFP32 ? 4 : 2;
+  const i64 step = next * kVecs;
+  const auto per_channel = [&](int e) -> const RowConstants& { return rc[e]; };
+  RawVector<XT> raw[kVecs];
+#pragma unroll
+  for (int q = 0; q < kVecs; ++q) {
+    if (begin + q * lanes < end) raw[q] = load_raw<XT>(xs + q * next * kXBytes, 0);
+  }
+  for (i64 pixel = begin; pixel < end; pixel += lanes * kVecs) {
+    RawVector<XT> following[kVecs];
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      if (pixel + (kVecs + q) * lanes < end) following[q] = load_raw<XT>(xs + (step + q * next) * kXBytes, 0);
+    }
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      if (pixel + q * lanes < end) {
+        if constexpr (BIAS) raw[q] = add_raw<XT>(raw[q], bias);
+        float v[kVec];
+        unpack<XT>(raw[q], v);
+        transform_values<YT, ACT, YT == kBF16>(v, per_channel, [&](int e) { return element_of<XT>(raw[q], e); });
+        store_vector<YT>(ys + q * next * kYBytes, 0, v);
+      }
+      raw[q] = following[q];
+    }
+    xs += step * kXBytes;
+    ys += step * kYBytes;
   }
 }
 
@@ -806,6 +1012,8 @@ __device__ __forceinline__ void apply_channels_last(const Params& p) {
   const i64 lanes = p.cl_ty;
   i64 loaded = -1;  // the (slice, sample) whose constants are in registers
   RowConstants rc[kVec];
+  RawVector<XT> bias = broadcast_raw<XT>(0u);  // the column's input bias
+  const bool has_bias = p.input_bias != nullptr;
   for (i64 item = blockIdx.x; item < p.cl_apply_items; item += gridDim.x) {
     i64 key, block, slice, sample;
     divide_small(item, p.cl_blocks_per_sample, key, block);
@@ -815,43 +1023,21 @@ __device__ __forceinline__ void apply_channels_last(const Params& p) {
     const i64 begin = block * p.cl_block_pixels + ty;
     const i64 end = (block + 1) * p.cl_block_pixels < p.s ? (block + 1) * p.cl_block_pixels : p.s;
     if (p.vectorized) {
-      constexpr int kVecs = vectors_per_step<XT, EPL>();
       if (key != loaded) {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) rc[e] = rows[sample * p.c + column * kVec + e];
+        if (has_bias) bias = raw_from_bits<XT>([&](int e) { return bias_bits<XT>(p, column * kVec + e); });
         loaded = key;
       }
-      const auto per_channel = [&](int e) -> const RowConstants& { return rc[e]; };
-      // Element offsets: of the thread's first vector, of the next vector of a step, of the next step.
+      // Element offsets: of the thread's first vector, and of the next vector of a step.
       const i64 first = (sample * p.s + begin) * p.c + column * kVec;
       const i64 next = lanes * p.c;
-      const i64 step = next * kVecs;
       const auto* xs = static_cast<const char*>(p.x) + first * (XT == kFP32 ? 4 : 2);
       auto* ys = static_cast<char*>(p.y) + first * (YT == kFP32 ? 4 : 2);
-      constexpr i64 kXBytes = XT == kFP32 ? 4 : 2, kYBytes = YT == kFP32 ? 4 : 2;
-      RawVector<XT> raw[kVecs];
-#pragma unroll
-      for (int q = 0; q < kVecs; ++q) {
-        if (begin + q * lanes < end) raw[q] = load_raw<XT>(xs + q * next * kXBytes, 0);
-      }
-      for (i64 pixel = begin; pixel < end; pixel += lanes * kVecs) {
-        RawVector<XT> following[kVecs];
-#pragma unroll
-        for (int q = 0; q < kVecs; ++q) {
-          if (pixel + (kVecs + q) * lanes < end) following[q] = load_raw<XT>(xs + (step + q * next) * kXBytes, 0);
-        }
-#pragma unroll
-        for (int q = 0; q < kVecs; ++q) {
-          if (pixel + q * lanes < end) {
-            float v[kVec];
-            unpack<XT>(raw[q], v);
-            transform_values<YT, ACT, YT == kBF16>(v, per_channel, [&](int e) { return element_of<XT>(raw[q], e); });
-            store_vector<YT>(ys + q * next * kYBytes, 0, v);
-          }
-          raw[q] = following[q];
-        }
-        xs += step * kXBytes;
-        ys += step * kYBytes;
+      if (has_bias) {
+        cl_apply_pixels<XT, YT, ACT, EPL, true>(xs, ys, begin, end, lanes, next, rc, bias);
+      } else {
+        cl_apply_pixels<XT, YT, ACT, EPL, false>(xs, ys, begin, end, lanes, next, rc, bias);
       }
     } else {
       // One channel per column, 8 pixels loaded before they are transformed.
@@ -862,7 +1048,7 @@ __device__ __forceinline__ void apply_channels_last(const Params& p) {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
           const i64 at = pixel + e * lanes;
-          v[e] = at < end ? load_element<XT>(p.x, base + at * p.c) : 0.0f;
+          v[e] = at < end ? biased<XT>(p, load_element<XT>(p.x, base + at * p.c), column) : 0.0f;
         }
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
@@ -893,8 +1079,7 @@ __device__ __forceinline__ void allow_next_kernel() {
 // The record of a loaded chunk, stored by lane 0. FULL: every chunk is full; otherwise a full chunk still takes
 // the unmasked reduction (a branch uniform over the warp), and only the end of a row or group is masked.
 template <int XT, bool FULL>
-__device__ __forceinline__ void finish_chunk(const ChunkData<XT>& c, i64 chunk, int lane,
-                                             exact::ChunkRecord* records) {
+__device__ __forceinline__ void finish_chunk(const ChunkData<XT>& c, i64 chunk, int lane, exact::ChunkRecord* records) {
   const exact::ChunkRecord r = reduce_chunk<XT, FULL>(c, lane);
   if (lane == 0) records[chunk] = r;
 }
@@ -912,9 +1097,12 @@ __device__ __forceinline__ void chunk_stats_warp(const Params& p) {
   const i64 total = p.chunks_total;
   exact::ChunkRecord* records = static_cast<exact::ChunkRecord*>(p.records);
   const auto load = [&](i64 chunk, ChunkData<XT>& c) {
-    if constexpr (LOAD == kLoadFull) load_full_chunk<XT>(p, chunk, lane, c);
-    else if constexpr (LOAD == kLoadRun) load_chunk<XT>(p, chunk, lane, c);
-    else load_gathered_chunk<XT>(p, chunk, lane, c);
+    if constexpr (LOAD == kLoadFull)
+      load_full_chunk<XT>(p, chunk, lane, c);
+    else if constexpr (LOAD == kLoadRun)
+      load_chunk<XT>(p, chunk, lane, c);
+    else
+      load_gathered_chunk<XT>(p, chunk, lane, c);
   };
   i64 chunk = static_cast<i64>(blockIdx.x) * WARPS + threadIdx.x / 32;
   if constexpr (STAGES == 1) {
@@ -955,13 +1143,11 @@ __device__ __forceinline__ void chunk_stats_warp(const Params& p) {
 template <int XT>
 struct Tile {
   static constexpr int kBytes = XT == kFP32 ? 4 : 2;
-  static constexpr int kRowWords = kChunk * kBytes / 4;  // one channel's window: 512 or 1024 words
+  static constexpr int kRowWords = kChunk * kBytes / 4;   // one channel's window: 512 or 1024 words
   static constexpr int kChannelsPerVector = 16 / kBytes;  // 8 or 4
 };
 
 __device__ __forceinline__ int log2_small(int v) { return v >= 4 ? 2 : v >= 2 ? 1 : 0; }
-
-
 
 // Where one thread's units of a tile go (store_tile).
 struct TileUnits {
@@ -1072,8 +1258,10 @@ __device__ __forceinline__ TileUnits tile_units(const Params& p, i64 item, u32* 
 
 template <int XT>
 __device__ __forceinline__ void store_tile(const TileUnits& u) {
-  if (u.pixels == kChunk && u.count % 4 == 0) store_tile_units<XT, true>(u);
-  else store_tile_units<XT, false>(u);
+  if (u.pixels == kChunk && u.count % 4 == 0)
+    store_tile_units<XT, true>(u);
+  else
+    store_tile_units<XT, false>(u);
 }
 
 // Channel c's chunk of the tile, in reduce_chunk's raw layout.
@@ -1095,19 +1283,47 @@ __device__ __forceinline__ void tile_chunk(const u32* tile, int c, int shift, in
   }
 }
 
+// The input bias b (raw bits of XT) added in place to channel c's row of the tile, over its first `pixels`
+// elements (the rest stay +0), by one warp: a word at a time, so that a biased call holds no more registers here
+// than the held units of the next item and a word (adding it to the chunk in registers made the 16-bit
+// instances spill on sm_75).
+template <int XT>
+__device__ __forceinline__ void bias_tile_row(u32* tile, int c, int shift, int pixels, int lane, u32 b) {
+  using T = Tile<XT>;
+  const u32 swizzle = (32u >> shift) * static_cast<u32>(c / T::kChannelsPerVector);
+  u32* row = tile + c * T::kRowWords;
+  constexpr int kPerWord = XT == kFP32 ? 1 : 2;
+  const int words = (pixels + kPerWord - 1) / kPerWord;
+#pragma unroll 1
+  for (int j = lane; j < words; j += 32) {
+    u32* w = row + (static_cast<u32>(j) ^ swizzle);
+    if constexpr (XT == kFP32) {
+      *w = add_bits<XT>(*w, b);
+    } else {
+      const u32 low = add_bits<XT>(*w & 0xFFFFu, b);
+      const u32 high = kPerWord * j + 1 < pixels ? add_bits<XT>(*w >> 16, b) : 0u;
+      *w = (low & 0xFFFFu) | (high << 16);
+    }
+  }
+}
+
 // The K chunks of a tile in shared memory, reduced by the block's warps.
 template <int XT, int WARPS>
-__device__ __forceinline__ void reduce_tile(const Params& p, const u32* tile, i64 sample, i64 window, i64 slice,
-                                            int pixels) {
+__device__ __forceinline__ void reduce_tile(const Params& p, u32* tile, i64 sample, i64 window, i64 slice, int pixels) {
   using T = Tile<XT>;
   const int lane = threadIdx.x & 31;
   const int shift = log2_small(p.cl_slice_vectors);
   const int slice_channels = p.cl_slice_vectors * T::kChannelsPerVector;
   exact::ChunkRecord* records = static_cast<exact::ChunkRecord*>(p.records);
   for (int c = static_cast<int>(threadIdx.x) / 32; c < slice_channels; c += WARPS) {
+    const i64 channel = slice * slice_channels + c;
+    if (p.input_bias != nullptr) {
+      bias_tile_row<XT>(tile, c, shift, pixels, lane, bias_bits<XT>(p, channel));
+      __syncwarp();
+    }
     ChunkData<XT> d;
     tile_chunk<XT>(tile, c, shift, pixels, lane, d);
-    const i64 row = sample * p.c + slice * slice_channels + c;
+    const i64 row = sample * p.c + channel;
     finish_chunk<XT, false>(d, row * p.chunks_per_row + window, lane, records);
   }
 }
@@ -1167,11 +1383,15 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(con
   allow_next_kernel();
   if constexpr (LAYOUT == kChannelsLast) {
     // Gathering needs more registers than holding two chunks leaves (and is the rare case): one chunk at a time.
-    if (p.cl_stats_items > 0) chunk_stats_tiles<XT, WARPS>(p);
-    else chunk_stats_warp<XT, WARPS, 1, kLoadGathered>(p);
+    if (p.cl_stats_items > 0)
+      chunk_stats_tiles<XT, WARPS>(p);
+    else
+      chunk_stats_warp<XT, WARPS, 1, kLoadGathered>(p);
   } else {
-    if (p.vectorized && p.full_chunks) chunk_stats_warp<XT, WARPS, STAGES, kLoadFull>(p);
-    else chunk_stats_warp<XT, WARPS, STAGES, kLoadRun>(p);
+    if (p.vectorized && p.full_chunks)
+      chunk_stats_warp<XT, WARPS, STAGES, kLoadFull>(p);
+    else
+      chunk_stats_warp<XT, WARPS, STAGES, kLoadRun>(p);
   }
 }
 
@@ -1216,7 +1436,7 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Par
       const RowConstants rc = rows[row];
       const i64 begin = span * p.span_length;
       const i64 end = begin + p.span_length < p.s ? begin + p.span_length : p.s;
-      apply_row<XT, YT, ACT, WARPS * 32, EPL>(p, row * p.s + begin, row * p.s + end, rc, threadIdx.x);
+      apply_row<XT, YT, ACT, WARPS * 32, EPL>(p, row * p.s + begin, row * p.s + end, rc, row, threadIdx.x);
     }
   }
 }
@@ -1344,11 +1564,20 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
     float v[kVec];
     const RowConstants rc_first = rows[first_row < row_count ? first_row : 0];
     RowConstants rc_second = rc_first;
+    // The two rows' input biases (math::add_in), where there is one.
+    const bool has_bias = p.input_bias != nullptr;
+    const float b_first =
+        has_bias ? load_element<XT>(p.input_bias, (first_row < row_count ? first_row : 0) % p.c) : 0.0f;
+    float b_second = b_first;
     unsigned shown = 0, second = 0;  // bit k: element k shows x; element k is of the second row
     if (p.pad_vectors && at.shown && position + kVec <= out_width && w0 >= 0 && w0 + kVec <= width &&
         (window & ~(kXVector - 1)) + (XT == kFP32 ? 12 : 16) <= x_total) {
       // The common case: 8 elements of one line, all inside x's line.
       load_window<XT>(p.x, window, v);
+      if (has_bias) {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[k] = add_in<XT>(v[k], b_first);
+      }
       shown = 0xFFu;
     } else if (two_rows) {
       // Near a border, across lines or at the end of y: the elements one at a time (the arithmetic below is
@@ -1358,13 +1587,17 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
         if (position == out_width) {
           position = 0;
           next_line(p, at, lines);
-          if (at.row != first_row && second == 0 && at.row < row_count) rc_second = rows[at.row];
+          if (at.row != first_row && second == 0 && at.row < row_count) {
+            rc_second = rows[at.row];
+            if (has_bias) b_second = load_element<XT>(p.input_bias, at.row % p.c);
+          }
         }
         if (at.row != first_row) second |= 1u << k;
         i64 w = position - before;
         const bool shows = at.shown && start + k < total && (pad.mode == kPadReplicate || (w >= 0 && w < width));
         w = w < 0 ? 0 : (w >= width ? width - 1 : w);
         v[k] = shows ? load_element<XT>(p.x, at.x_line + w) : 0.0f;
+        if (has_bias) v[k] = add_in<XT>(v[k], at.row != first_row ? b_second : b_first);
         shown |= shows ? 1u << k : 0u;
         ++position;
       }
@@ -1379,8 +1612,10 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
         i64 w = position - before;
         const bool shows = at.shown && (pad.mode == kPadReplicate || (w >= 0 && w < width));
         w = w < 0 ? 0 : (w >= width ? width - 1 : w);
-        store_element<YT>(p.y, start + k,
-                          shows ? transform<ACT>(load_element<XT>(p.x, at.x_line + w), rows[at.row]) : pad.value);
+        store_element<YT>(
+            p.y, start + k,
+            shows ? transform<ACT>(biased<XT>(p, load_element<XT>(p.x, at.x_line + w), at.row % p.c), rows[at.row])
+                  : pad.value);
         ++position;
       }
       continue;
@@ -1403,8 +1638,9 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
 // Channels-last, 16-byte vectors: a lane's 8 channels of pixels at, at + pixels_per_step, ...
 template <int XT, int YT, int ACT>
 __device__ __forceinline__ void padded_pixels_vectorized(const Params& p, i64 x_line, i64 y_line, bool shown,
-                                                         const RowConstants (&rc)[kVec], int first_pixel,
-                                                         int pixels_per_step) {
+                                                         const RowConstants (&rc)[kVec], const RawVector<XT>& bias,
+                                                         int first_pixel, int pixels_per_step) {
+  const bool has_bias = p.input_bias != nullptr;
   const math::Padding& pad = p.pad;
   const i64 width = pad.dims[2], out_width = pad.out_dims[2], before = pad.before[2];
   // The constant border's bits, as store_element rounds it.
@@ -1429,7 +1665,7 @@ __device__ __forceinline__ void padded_pixels_vectorized(const Params& p, i64 x_
       if (pixel >= out_width) continue;
       if (shows[q]) {
         float v[kVec];
-        unpack<XT>(raw[q], v);
+        unpack<XT>(has_bias ? add_raw<XT>(raw[q], bias) : raw[q], v);
         transform_values<YT, ACT, false>(v, per_channel, [&](int e) { return v[e]; });
         store_vector<YT>(p.y, y_line + pixel * p.c, v);
       } else {
@@ -1471,11 +1707,15 @@ __device__ __forceinline__ void apply_padded_channels_last(const Params& p) {
       const i64 vector = slice * 32 + lane % lanes_per_pixel;
       if (vector >= vectors) continue;  // no shuffles below: idle lanes may leave
       RowConstants rc[kVec];
+      RawVector<XT> bias = broadcast_raw<XT>(0u);
       if (shown) {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) rc[e] = rows[sample * p.c + vector * kVec + e];
+        if (p.input_bias != nullptr) {
+          bias = raw_from_bits<XT>([&](int e) { return bias_bits<XT>(p, vector * kVec + e); });
+        }
       }
-      padded_pixels_vectorized<XT, YT, ACT>(p, x_row + vector * kVec, y_row + vector * kVec, shown, rc,
+      padded_pixels_vectorized<XT, YT, ACT>(p, x_row + vector * kVec, y_row + vector * kVec, shown, rc, bias,
                                             lane / lanes_per_pixel, 32 / lanes_per_pixel);
       continue;
     }
@@ -1494,7 +1734,7 @@ __device__ __forceinline__ void apply_padded_channels_last(const Params& p) {
           i64 w = at + q - before;
           shows[q] = shown && at + q < out_width && (pad.mode == kPadReplicate || (w >= 0 && w < width));
           w = w < 0 ? 0 : (w >= width ? width - 1 : w);
-          v[q] = shows[q] ? load_element<XT>(p.x, x_row + w * p.c + channel) : 0.0f;
+          v[q] = shows[q] ? biased<XT>(p, load_element<XT>(p.x, x_row + w * p.c + channel), channel) : 0.0f;
         }
 #pragma unroll
         for (int q = 0; q < kPixels; ++q) {
@@ -1511,8 +1751,10 @@ template <int XT, int YT, int LAYOUT, int ACT>
 __global__ void __launch_bounds__(256, 2) apply_padded(const Params p) {
   static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
   wait_for_previous_kernel();
-  if constexpr (LAYOUT == kChannelsFirst) apply_padded_channels_first<XT, YT, ACT>(p);
-  else apply_padded_channels_last<XT, YT, ACT>(p);
+  if constexpr (LAYOUT == kChannelsFirst)
+    apply_padded_channels_first<XT, YT, ACT>(p);
+  else
+    apply_padded_channels_last<XT, YT, ACT>(p);
 }
 
 // ---- fused path ------------------------------------------------------------------------------------------
@@ -1520,9 +1762,9 @@ __global__ void __launch_bounds__(256, 2) apply_padded(const Params p) {
 // channels (W = 8, 4 or 1 dividing cpg), thread (tx, ty) takes columns tx, tx + lanes_x, ... and pixels ty,
 // ty + lanes_y, ..., with the column's constants (from shared memory) in registers; up to 8 elements loaded
 // before they are transformed.
-template <int XT, int YT, int ACT, int THREADS, int EPL, int W>
-__device__ __forceinline__ void fused_apply_channels_last(const Params& p, const RowConstants* rows, i64 sample,
-                                                          i64 first_channel) {
+template <int XT, int YT, int ACT, int THREADS, int EPL, int W, bool BIAS>
+__device__ __forceinline__ void fused_apply_channels_last(const Params& p, const RowConstants* rows,
+                                                          const float* biases, i64 sample, i64 first_channel) {
   // At most 8 elements in flight: the kernel also holds a chunk's state, and W = 8 keeps 8 sets of constants (16
   // spilled on sm_75 to sm_89 and sm_100 and later with 16-warp blocks).
   constexpr int kElements = EPL < 8 ? EPL : 8;
@@ -1553,6 +1795,10 @@ __device__ __forceinline__ void fused_apply_channels_last(const Params& p, const
       for (int q = 0; q < kBatch; ++q) {
         const i64 at = pixel + static_cast<i64>(q) * lanes_y;
         if (at < p.s) load_values<XT, W>(p.x, base + at * p.c, v[q]);
+        if constexpr (BIAS) {
+#pragma unroll
+          for (int e = 0; e < W; ++e) v[q][e] = add_in<XT>(v[q][e], biases[column * W + e]);
+        }
       }
 #pragma unroll
       for (int q = 0; q < kBatch; ++q) {
@@ -1566,14 +1812,61 @@ __device__ __forceinline__ void fused_apply_channels_last(const Params& p, const
   }
 }
 
+// The channels-last apply of one group, with the kernel's column width (Params::cl_fused_width).
+template <int XT, int YT, int ACT, int THREADS, int EPL, bool BIAS>
+__device__ __forceinline__ void fused_apply_group_channels_last(const Params& p, const RowConstants* rows,
+                                                                const float* biases, i64 sample, i64 first_channel) {
+  if (p.cl_fused_width == 8)
+    fused_apply_channels_last<XT, YT, ACT, THREADS, EPL, 8, BIAS>(p, rows, biases, sample, first_channel);
+  else if (p.cl_fused_width == 4)
+    fused_apply_channels_last<XT, YT, ACT, THREADS, EPL, 4, BIAS>(p, rows, biases, sample, first_channel);
+  else
+    fused_apply_channels_last<XT, YT, ACT, THREADS, EPL, 1, BIAS>(p, rows, biases, sample, first_channel);
+}
+
+// The channel-major apply of one group (its elements from `base` on, vectorized): up to kVecs vectors a thread
+// loaded before they are transformed. BIAS: the input biases (from shared memory) are added to x; instantiated with
+// and without, so that a call without a bias runs the loop it ran before the bias existed.
+template <int XT, int YT, int ACT, int THREADS, int EPL, bool BIAS>
+__device__ __forceinline__ void fused_apply_channels_first(const Params& p, const RowConstants* rows,
+                                                           const float* biases, i64 base) {
+  constexpr int kVecs = vectors_per_step<XT, EPL, true>();
+  const int length = static_cast<int>(p.group_length);  // <= 64 * 1024
+  const unsigned s = static_cast<unsigned>(p.s);
+  for (int i = threadIdx.x * kVec; i < length; i += THREADS * kVec * kVecs) {
+    float v[kVecs][kVec];
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      const int at = i + q * THREADS * kVec;
+      if (at < length) load_vector<XT>(p.x, base + at, v[q]);
+      if (BIAS && at < length) {
+        const float b = biases[static_cast<unsigned>(at) / s];  // a vector lies in one channel (S % 8 == 0)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) v[q][e] = add_in<XT>(v[q][e], b);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      const int at = i + q * THREADS * kVec;
+      if (at < length) {
+        const RowConstants rc = rows[static_cast<unsigned>(at) / s];
+        const auto same = [&](int) { return rc; };
+        transform_values<YT, ACT, false>(v[q], same, [](int) { return 0.0f; });  // x stays in v[q]
+        store_vector<YT>(p.y, base + at, v[q]);
+      }
+    }
+  }
+}
+
 template <int XT, int YT, int WARPS, int EPL, int LAYOUT, int ACT>
 __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(const Params p) {
   static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
   constexpr int kThreads = WARPS * 32;
-  constexpr int kVecs = vectors_per_step<XT, EPL, true>();
   __shared__ exact::ChunkRecord records[kFusedMaxChunks];
   __shared__ RowConstants rows[kFusedMaxChannels];
+  __shared__ float biases[kFusedMaxChannels];  // the group's input biases (where there are)
   __shared__ MergeShared merge;
+  const bool has_bias = p.input_bias != nullptr;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x / 32;
   const int chunks = static_cast<int>(p.chunks_per_group);
@@ -1583,47 +1876,40 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
   for (i64 group = blockIdx.x; group < p.groups_total; group += gridDim.x) {
     for (int j = warp; j < chunks; j += WARPS) {
       ChunkData<XT> c;
-      if constexpr (LAYOUT == kChannelsLast) load_gathered_chunk<XT>(p, group * chunks + j, lane, c);
-      else load_chunk<XT>(p, group * chunks + j, lane, c);
+      if constexpr (LAYOUT == kChannelsLast)
+        load_gathered_chunk<XT>(p, group * chunks + j, lane, c);
+      else
+        load_chunk<XT>(p, group * chunks + j, lane, c);
       const exact::ChunkRecord r = reduce_chunk<XT>(c, lane);
       if (lane == 0) records[j] = r;
     }
     __syncthreads();
-    const GroupStats stats =
-        merged_group_stats<XT, LAYOUT, kThreads>(p, group, chunks, [&](i64 j) { return records[j]; }, merge);
+    const GroupStats stats = merged_group_stats<XT, LAYOUT, kThreads>(
+        p, group, chunks, [&](i64 j) { return records[j]; }, merge);
     const i64 sample = group / p.g;
     const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
-    for (int k = threadIdx.x; k < channels; k += kThreads) rows[k] = channel_constants(p, stats, first_channel + k);
+    for (int k = threadIdx.x; k < channels; k += kThreads) {
+      rows[k] = channel_constants(p, stats, first_channel + k);
+      if (has_bias) biases[k] = load_element<XT>(p.input_bias, first_channel + k);
+    }
     __syncthreads();
     if constexpr (LAYOUT == kChannelsLast) {
-      if (p.cl_fused_width == 8) fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 8>(p, rows, sample, first_channel);
-      else if (p.cl_fused_width == 4) fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 4>(p, rows, sample, first_channel);
-      else fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 1>(p, rows, sample, first_channel);
+      if (has_bias)
+        fused_apply_group_channels_last<XT, YT, ACT, kThreads, EPL, true>(p, rows, biases, sample, first_channel);
+      else
+        fused_apply_group_channels_last<XT, YT, ACT, kThreads, EPL, false>(p, rows, biases, sample, first_channel);
     } else {
       const i64 base = group * p.group_length;
       if (p.vectorized) {
-        for (int i = threadIdx.x * kVec; i < length; i += kThreads * kVec * kVecs) {
-          float v[kVecs][kVec];
-#pragma unroll
-          for (int q = 0; q < kVecs; ++q) {
-            const int at = i + q * kThreads * kVec;
-            if (at < length) load_vector<XT>(p.x, base + at, v[q]);
-          }
-#pragma unroll
-          for (int q = 0; q < kVecs; ++q) {
-            const int at = i + q * kThreads * kVec;
-            if (at < length) {
-              const RowConstants rc = rows[static_cast<unsigned>(at) / s];
-              const auto same = [&](int) { return rc; };
-              transform_values<YT, ACT, false>(v[q], same, [](int) { return 0.0f; });  // x stays in v[q]
-              store_vector<YT>(p.y, base + at, v[q]);
-            }
-          }
-        }
+        if (has_bias)
+          fused_apply_channels_first<XT, YT, ACT, kThreads, EPL, true>(p, rows, biases, base);
+        else
+          fused_apply_channels_first<XT, YT, ACT, kThreads, EPL, false>(p, rows, biases, base);
       } else {
         for (int i = threadIdx.x; i < length; i += kThreads) {
-          const RowConstants rc = rows[static_cast<unsigned>(i) / s];
-          store_element<YT>(p.y, base + i, transform<ACT>(load_element<XT>(p.x, base + i), rc));
+          const unsigned k = static_cast<unsigned>(i) / s;
+          const float x = load_element<XT>(p.x, base + i);
+          store_element<YT>(p.y, base + i, transform<ACT>(has_bias ? add_in<XT>(x, biases[k]) : x, rows[k]));
         }
       }
     }

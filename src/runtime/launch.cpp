@@ -59,6 +59,7 @@ void launch_call(const Call& call, const LaunchConfig& config) {
   p.y = problem.y;
   p.weight = problem.weight;
   p.bias = problem.bias;
+  p.input_bias = problem.input_bias;
   p.weight_dtype = problem.weight != nullptr ? static_cast<int>(problem.weight_dtype) : 0;
   p.bias_dtype = problem.bias != nullptr ? static_cast<int>(problem.bias_dtype) : 0;
   p.eps = problem.eps;
