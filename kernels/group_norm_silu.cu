@@ -451,18 +451,19 @@ __device__ __forceinline__ void load_run(const Params& p, i64 start, int n, int 
   }
 }
 
-// The chunk loads below take BIAS (whether the caller's body has an input bias: without, none of its code is
-// compiled in) and `on` (whether this call has one, for a body that tests it at run time: the fused kernel's).
+// The chunk loads below take BIAS: whether the caller's body has an input bias (without, none of its code is
+// compiled in). The fused kernel has none: a call with an input bias takes the split path (plan.cpp,
+// fused_eligible), so that the fused kernel stays as it was (with the bias its 16-warp channels-last instance spilled
+// on sm_100).
 // Chunk `chunk` when every chunk is full and x is 16-byte aligned (all chunks of 1024 elements, rows of whole
 // vectors): it starts at chunk * kChunk, with no division into (group, index) and no per-slot tests.
 template <int XT, bool BIAS>
-__device__ __forceinline__ void load_full_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c,
-                                                bool on = true) {
+__device__ __forceinline__ void load_full_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
   c.n = kChunk;
   const i64 start = chunk * kChunk + static_cast<i64>(lane) * kVec;
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) c.raw[s] = load_raw<XT>(p.x, start + kLanes * kVec * s);
-  if (BIAS && on) add_run_bias<XT>(p, chunk * kChunk, lane, c);
+  if constexpr (BIAS) add_run_bias<XT>(p, chunk * kChunk, lane, c);
 }
 
 // Where chunk `chunk` of the tensor (group-major numbering) lies in channel-major memory, and its length. With
@@ -485,19 +486,18 @@ __device__ __forceinline__ void chunk_extent(const Params& p, i64 chunk, i64& st
 
 // Chunk `chunk` of the tensor in channel-major memory.
 template <int XT, bool BIAS>
-__device__ __forceinline__ void load_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c, bool on = true) {
+__device__ __forceinline__ void load_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
   i64 start;
   int n;
   chunk_extent(p, chunk, start, n);
   load_run<XT>(p, start, n, lane, c);
-  if (BIAS && on) add_run_bias<XT>(p, start, lane, c);
+  if constexpr (BIAS) add_run_bias<XT>(p, start, lane, c);
 }
 
 // Chunk `chunk` of the tensor in channels-last memory, element by element: element i of the chunk is its
 // channel i / pixels, pixel i % pixels (gnsilu_math.cuh: chunk_place), at (sample, pixel, channel).
 template <int XT, bool BIAS>
-__device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c,
-                                                    bool on = true) {
+__device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
   const i64 group = chunk / p.chunks_per_group;
   const ChunkPlace place = chunk_place(p.s, p.channels_per_group, chunk - group * p.chunks_per_group);
   const i64 sample = group / p.g;
@@ -514,7 +514,7 @@ __device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, 
       const i64 at = base + static_cast<i64>(first) * p.c;
       c.raw[s] = raw_from_bits<XT>([&](int e) { return first + e < n ? element_bits<XT>(p.x, at + e * p.c) : 0u; });
     }
-    if (BIAS && on) add_chunk_bias<XT>(broadcast_raw<XT>(bias_bits<XT>(p, channel)), lane, c);
+    if constexpr (BIAS) add_chunk_bias<XT>(broadcast_raw<XT>(bias_bits<XT>(p, channel)), lane, c);
     return;
   }
   // Whole channels (S <= 512): element i is channel i / S, pixel i % S. One unsigned division an element, each on
@@ -530,7 +530,7 @@ __device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, 
       return element_bits<XT>(p.x, base + static_cast<i64>(pixel) * p.c + k);
     });
   }
-  if (BIAS && on) add_channels_bias<XT>(p, channel, 0u, static_cast<unsigned>(pixels), lane, c);
+  if constexpr (BIAS) add_channels_bias<XT>(p, channel, 0u, static_cast<unsigned>(pixels), lane, c);
 }
 
 template <int XT>
@@ -998,7 +998,8 @@ __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, c
 template <int XT, int YT, int ACT, int EPL, bool BIAS>
 __device__ __forceinline__ void cl_apply_pixels(const char* xs, char* ys, i64 begin, i64 end, i64 lanes, i64 next,
                                                 const RowConstants (&rc)[kVec], const RawVector<XT>& bias) {
-  constexpr int kVecs = vectors_per_step<XT, EPL>();
+  // With a bias, one vector a step for FP32 x: its 8 biases beside two vectors in flight spilled on sm_120.
+  constexpr int kVecs = BIAS && XT == kFP32 ? 1 : vectors_per_step<XT, EPL>();
   constexpr i64 kXBytes = XT == kFP32 ? 4 : 2, kYBytes = YT == kFP32 ? 4 : 2;
   const i64 step = next * kVecs;
   const auto per_channel = [&](int e) -> const RowConstants& { return rc[e]; };
@@ -1805,9 +1806,9 @@ __global__ void __launch_bounds__(256, 2) apply_padded(const Params p) {
 // channels (W = 8, 4 or 1 dividing cpg), thread (tx, ty) takes columns tx, tx + lanes_x, ... and pixels ty,
 // ty + lanes_y, ..., with the column's constants (from shared memory) in registers; up to 8 elements loaded
 // before they are transformed.
-template <int XT, int YT, int ACT, int THREADS, int EPL, int W, bool BIAS>
-__device__ __forceinline__ void fused_apply_channels_last(const Params& p, const RowConstants* rows,
-                                                          const float* biases, i64 sample, i64 first_channel) {
+template <int XT, int YT, int ACT, int THREADS, int EPL, int W>
+__device__ __forceinline__ void fused_apply_channels_last(const Params& p, const RowConstants* rows, i64 sample,
+                                                          i64 first_channel) {
   // At most 8 elements in flight: the kernel also holds a chunk's state, and W = 8 keeps 8 sets of constants (16
   // spilled on sm_75 to sm_89 and sm_100 and later with 16-warp blocks).
   constexpr int kElements = EPL < 8 ? EPL : 8;
@@ -1838,10 +1839,6 @@ __device__ __forceinline__ void fused_apply_channels_last(const Params& p, const
       for (int q = 0; q < kBatch; ++q) {
         const i64 at = pixel + static_cast<i64>(q) * lanes_y;
         if (at < p.s) load_values<XT, W>(p.x, base + at * p.c, v[q]);
-        if constexpr (BIAS) {
-#pragma unroll
-          for (int e = 0; e < W; ++e) v[q][e] = add_in<XT>(v[q][e], biases[column * W + e]);
-        }
       }
 #pragma unroll
       for (int q = 0; q < kBatch; ++q) {
@@ -1855,63 +1852,14 @@ __device__ __forceinline__ void fused_apply_channels_last(const Params& p, const
   }
 }
 
-// The channels-last apply of one group, with the kernel's column width (Params::cl_fused_width).
-template <int XT, int YT, int ACT, int THREADS, int EPL, bool BIAS>
-__device__ __forceinline__ void fused_apply_group_channels_last(const Params& p, const RowConstants* rows,
-                                                                const float* biases, i64 sample, i64 first_channel) {
-  if (p.cl_fused_width == 8)
-    fused_apply_channels_last<XT, YT, ACT, THREADS, EPL, 8, BIAS>(p, rows, biases, sample, first_channel);
-  else if (p.cl_fused_width == 4)
-    fused_apply_channels_last<XT, YT, ACT, THREADS, EPL, 4, BIAS>(p, rows, biases, sample, first_channel);
-  else
-    fused_apply_channels_last<XT, YT, ACT, THREADS, EPL, 1, BIAS>(p, rows, biases, sample, first_channel);
-}
-
-// The channel-major apply of one group (its elements from `base` on, vectorized): up to kVecs vectors a thread
-// loaded before they are transformed. BIAS: the input biases (from shared memory) are added to x; instantiated with
-// and without, so that a call without a bias runs the loop it ran before the bias existed.
-template <int XT, int YT, int ACT, int THREADS, int EPL, bool BIAS>
-__device__ __forceinline__ void fused_apply_channels_first(const Params& p, const RowConstants* rows,
-                                                           const float* biases, i64 base) {
-  constexpr int kVecs = vectors_per_step<XT, EPL, true>();
-  const int length = static_cast<int>(p.group_length);  // <= 64 * 1024
-  const unsigned s = static_cast<unsigned>(p.s);
-  for (int i = threadIdx.x * kVec; i < length; i += THREADS * kVec * kVecs) {
-    float v[kVecs][kVec];
-#pragma unroll
-    for (int q = 0; q < kVecs; ++q) {
-      const int at = i + q * THREADS * kVec;
-      if (at < length) load_vector<XT>(p.x, base + at, v[q]);
-      if (BIAS && at < length) {
-        const float b = biases[static_cast<unsigned>(at) / s];  // a vector lies in one channel (S % 8 == 0)
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) v[q][e] = add_in<XT>(v[q][e], b);
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < kVecs; ++q) {
-      const int at = i + q * THREADS * kVec;
-      if (at < length) {
-        const RowConstants rc = rows[static_cast<unsigned>(at) / s];
-        const auto same = [&](int) { return rc; };
-        transform_values<YT, ACT, false>(v[q], same, [](int) { return 0.0f; });  // x stays in v[q]
-        store_vector<YT>(p.y, base + at, v[q]);
-      }
-    }
-  }
-}
-
 template <int XT, int YT, int WARPS, int EPL, int LAYOUT, int ACT>
 __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(const Params p) {
   static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
   constexpr int kThreads = WARPS * 32;
+  constexpr int kVecs = vectors_per_step<XT, EPL, true>();
   __shared__ exact::ChunkRecord records[kFusedMaxChunks];
   __shared__ RowConstants rows[kFusedMaxChannels];
-  __shared__ float biases[kFusedMaxChannels];  // the group's input biases (where there are)
   __shared__ MergeShared merge;
-  // The statistics test for the bias per chunk (its code once: instantiating them twice made the 16-warp
-  // channels-last kernel spill on sm_90); the apply loops are instantiated with and without it.
-  const bool has_bias = p.input_bias != nullptr;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x / 32;
   const int chunks = static_cast<int>(p.chunks_per_group);
@@ -1922,9 +1870,9 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
     for (int j = warp; j < chunks; j += WARPS) {
       ChunkData<XT> c;
       if constexpr (LAYOUT == kChannelsLast)
-        load_gathered_chunk<XT, true>(p, group * chunks + j, lane, c, has_bias);
+        load_gathered_chunk<XT, false>(p, group * chunks + j, lane, c);
       else
-        load_chunk<XT, true>(p, group * chunks + j, lane, c, has_bias);
+        load_chunk<XT, false>(p, group * chunks + j, lane, c);
       const exact::ChunkRecord r = reduce_chunk<XT>(c, lane);
       if (lane == 0) records[j] = r;
     }
@@ -1933,28 +1881,40 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
         p, group, chunks, [&](i64 j) { return records[j]; }, merge);
     const i64 sample = group / p.g;
     const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
-    for (int k = threadIdx.x; k < channels; k += kThreads) {
-      rows[k] = channel_constants(p, stats, first_channel + k);
-      if (has_bias) biases[k] = load_element<XT>(p.input_bias, first_channel + k);
-    }
+    for (int k = threadIdx.x; k < channels; k += kThreads) rows[k] = channel_constants(p, stats, first_channel + k);
     __syncthreads();
     if constexpr (LAYOUT == kChannelsLast) {
-      if (has_bias)
-        fused_apply_group_channels_last<XT, YT, ACT, kThreads, EPL, true>(p, rows, biases, sample, first_channel);
+      if (p.cl_fused_width == 8)
+        fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 8>(p, rows, sample, first_channel);
+      else if (p.cl_fused_width == 4)
+        fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 4>(p, rows, sample, first_channel);
       else
-        fused_apply_group_channels_last<XT, YT, ACT, kThreads, EPL, false>(p, rows, biases, sample, first_channel);
+        fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 1>(p, rows, sample, first_channel);
     } else {
       const i64 base = group * p.group_length;
       if (p.vectorized) {
-        if (has_bias)
-          fused_apply_channels_first<XT, YT, ACT, kThreads, EPL, true>(p, rows, biases, base);
-        else
-          fused_apply_channels_first<XT, YT, ACT, kThreads, EPL, false>(p, rows, biases, base);
+        for (int i = threadIdx.x * kVec; i < length; i += kThreads * kVec * kVecs) {
+          float v[kVecs][kVec];
+#pragma unroll
+          for (int q = 0; q < kVecs; ++q) {
+            const int at = i + q * kThreads * kVec;
+            if (at < length) load_vector<XT>(p.x, base + at, v[q]);
+          }
+#pragma unroll
+          for (int q = 0; q < kVecs; ++q) {
+            const int at = i + q * kThreads * kVec;
+            if (at < length) {
+              const RowConstants rc = rows[static_cast<unsigned>(at) / s];
+              const auto same = [&](int) { return rc; };
+              transform_values<YT, ACT, false>(v[q], same, [](int) { return 0.0f; });  // x stays in v[q]
+              store_vector<YT>(p.y, base + at, v[q]);
+            }
+          }
+        }
       } else {
         for (int i = threadIdx.x; i < length; i += kThreads) {
-          const unsigned k = static_cast<unsigned>(i) / s;
-          const float x = load_element<XT>(p.x, base + i);
-          store_element<YT>(p.y, base + i, transform<ACT>(has_bias ? add_in<XT>(x, biases[k]) : x, rows[k]));
+          const RowConstants rc = rows[static_cast<unsigned>(i) / s];
+          store_element<YT>(p.y, base + i, transform<ACT>(load_element<XT>(p.x, base + i), rc));
         }
       }
     }
