@@ -290,6 +290,18 @@ __device__ __forceinline__ float biased(const Params& p, float x, i64 channel) {
   return p.input_bias != nullptr ? add_in<XT>(x, load_element<XT>(p.input_bias, channel)) : x;
 }
 
+// The same where the kernel's body is instantiated for one case (BIAS: Params::input_bias is not null). The hot
+// kernels (chunk_stats, apply, fused) branch on the bias once, at their top, into a body instantiated with and
+// without it, so that a call without a bias runs none of its code (a test per row or chunk, and the registers it
+// holds, cost 1-7% at small shapes: PERFORMANCE.md v20).
+template <int XT, bool BIAS>
+__device__ __forceinline__ float biased_if(const Params& p, float x, i64 channel) {
+  if constexpr (BIAS)
+    return add_in<XT>(x, load_element<XT>(p.input_bias, channel));
+  else
+    return x;
+}
+
 // Raw bits x + b (both raw bits of XT, 16-bit values in the low half).
 template <int XT>
 __device__ __forceinline__ u32 add_bits(u32 x, u32 b) {
@@ -302,6 +314,23 @@ __device__ __forceinline__ u32 add_bits(u32 x, u32 b) {
     else
       return float_to_fp16(fp16_to_float(hx) + fp16_to_float(hb));
   }
+}
+
+// x + b for the 16 bytes of a tile unit (both raw bits of XT), element by element, rounded to XT (math::add_in).
+template <int XT>
+__device__ __forceinline__ Raw16 add_words(const Raw16& x, const Raw16& b) {
+  const u32 wx[4] = {x.a, x.b, x.c, x.d}, wb[4] = {b.a, b.b, b.c, b.d};
+  u32 r[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (XT == kFP32) {
+      r[k] = add_bits<XT>(wx[k], wb[k]);
+    } else {
+      const u32 low = add_bits<XT>(wx[k] & 0xFFFFu, wb[k] & 0xFFFFu), high = add_bits<XT>(wx[k] >> 16, wb[k] >> 16);
+      r[k] = (low & 0xFFFFu) | (high << 16);
+    }
+  }
+  return Raw16{r[0], r[1], r[2], r[3]};
 }
 
 // The same value in every element of a raw vector.
@@ -422,15 +451,19 @@ __device__ __forceinline__ void load_run(const Params& p, i64 start, int n, int 
   }
 }
 
+// The chunk loads below take BIAS: whether the caller's body has an input bias (without, none of its code is
+// compiled in). The fused kernel has none: a call with an input bias takes the split path (plan.cpp,
+// fused_eligible), so that the fused kernel stays as it was (with the bias its 16-warp channels-last instance spilled
+// on sm_100).
 // Chunk `chunk` when every chunk is full and x is 16-byte aligned (all chunks of 1024 elements, rows of whole
 // vectors): it starts at chunk * kChunk, with no division into (group, index) and no per-slot tests.
-template <int XT>
+template <int XT, bool BIAS>
 __device__ __forceinline__ void load_full_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
   c.n = kChunk;
   const i64 start = chunk * kChunk + static_cast<i64>(lane) * kVec;
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) c.raw[s] = load_raw<XT>(p.x, start + kLanes * kVec * s);
-  if (p.input_bias != nullptr) add_run_bias<XT>(p, chunk * kChunk, lane, c);
+  if constexpr (BIAS) add_run_bias<XT>(p, chunk * kChunk, lane, c);
 }
 
 // Where chunk `chunk` of the tensor (group-major numbering) lies in channel-major memory, and its length. With
@@ -452,18 +485,18 @@ __device__ __forceinline__ void chunk_extent(const Params& p, i64 chunk, i64& st
 }
 
 // Chunk `chunk` of the tensor in channel-major memory.
-template <int XT>
+template <int XT, bool BIAS>
 __device__ __forceinline__ void load_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
   i64 start;
   int n;
   chunk_extent(p, chunk, start, n);
   load_run<XT>(p, start, n, lane, c);
-  if (p.input_bias != nullptr) add_run_bias<XT>(p, start, lane, c);
+  if constexpr (BIAS) add_run_bias<XT>(p, start, lane, c);
 }
 
 // Chunk `chunk` of the tensor in channels-last memory, element by element: element i of the chunk is its
 // channel i / pixels, pixel i % pixels (gnsilu_math.cuh: chunk_place), at (sample, pixel, channel).
-template <int XT>
+template <int XT, bool BIAS>
 __device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
   const i64 group = chunk / p.chunks_per_group;
   const ChunkPlace place = chunk_place(p.s, p.channels_per_group, chunk - group * p.chunks_per_group);
@@ -481,7 +514,7 @@ __device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, 
       const i64 at = base + static_cast<i64>(first) * p.c;
       c.raw[s] = raw_from_bits<XT>([&](int e) { return first + e < n ? element_bits<XT>(p.x, at + e * p.c) : 0u; });
     }
-    if (p.input_bias != nullptr) add_chunk_bias<XT>(broadcast_raw<XT>(bias_bits<XT>(p, channel)), lane, c);
+    if constexpr (BIAS) add_chunk_bias<XT>(broadcast_raw<XT>(bias_bits<XT>(p, channel)), lane, c);
     return;
   }
   // Whole channels (S <= 512): element i is channel i / S, pixel i % S. One unsigned division an element, each on
@@ -497,7 +530,7 @@ __device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, 
       return element_bits<XT>(p.x, base + static_cast<i64>(pixel) * p.c + k);
     });
   }
-  if (p.input_bias != nullptr) add_channels_bias<XT>(p, channel, 0u, static_cast<unsigned>(pixels), lane, c);
+  if constexpr (BIAS) add_channels_bias<XT>(p, channel, 0u, static_cast<unsigned>(pixels), lane, c);
 }
 
 template <int XT>
@@ -941,21 +974,20 @@ __device__ __forceinline__ void apply_row_vectors(const Params& p, i64 begin, i6
 
 // y over elements [begin, end) of row `row` (one set of constants), EPL elements per thread per step. The next
 // step's vectors are loaded (raw) before this step's are transformed, so loads stay in flight during the arithmetic.
-template <int XT, int YT, int ACT, int THREADS, int EPL>
+template <int XT, int YT, int ACT, int THREADS, int EPL, bool BIAS>
 __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, const RowConstants& rc, i64 row,
                                           int tid) {
-  const bool has_bias = p.input_bias != nullptr;
-  const i64 channel = has_bias ? row % p.c : 0;
+  i64 channel = 0;
+  RawVector<XT> bias = broadcast_raw<XT>(0u);
+  if constexpr (BIAS) {
+    channel = row % p.c;
+    bias = broadcast_raw<XT>(bias_bits<XT>(p, channel));
+  }
   if (p.vectorized) {
-    if (has_bias) {
-      apply_row_vectors<XT, YT, ACT, THREADS, EPL, true>(p, begin, end, rc,
-                                                         broadcast_raw<XT>(bias_bits<XT>(p, channel)), tid);
-    } else {
-      apply_row_vectors<XT, YT, ACT, THREADS, EPL, false>(p, begin, end, rc, broadcast_raw<XT>(0u), tid);
-    }
+    apply_row_vectors<XT, YT, ACT, THREADS, EPL, BIAS>(p, begin, end, rc, bias, tid);
   } else {
     for (i64 i = begin + tid; i < end; i += THREADS) {
-      store_element<YT>(p.y, i, transform<ACT>(biased<XT>(p, load_element<XT>(p.x, i), channel), rc));
+      store_element<YT>(p.y, i, transform<ACT>(biased_if<XT, BIAS>(p, load_element<XT>(p.x, i), channel), rc));
     }
   }
 }
@@ -966,7 +998,8 @@ __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, c
 template <int XT, int YT, int ACT, int EPL, bool BIAS>
 __device__ __forceinline__ void cl_apply_pixels(const char* xs, char* ys, i64 begin, i64 end, i64 lanes, i64 next,
                                                 const RowConstants (&rc)[kVec], const RawVector<XT>& bias) {
-  constexpr int kVecs = vectors_per_step<XT, EPL>();
+  // With a bias, one vector a step for FP32 x: its 8 biases beside two vectors in flight spilled on sm_120.
+  constexpr int kVecs = BIAS && XT == kFP32 ? 1 : vectors_per_step<XT, EPL>();
   constexpr i64 kXBytes = XT == kFP32 ? 4 : 2, kYBytes = YT == kFP32 ? 4 : 2;
   const i64 step = next * kVecs;
   const auto per_channel = [&](int e) -> const RowConstants& { return rc[e]; };
@@ -1003,7 +1036,7 @@ __device__ __forceinline__ void cl_apply_pixels(const char* xs, char* ys, i64 be
 // column's constants in registers, loaded again only when the column or the sample changes. Vectors are 8
 // consecutive channels of one pixel (16 or 32 bytes); the next step's are loaded before this step's are
 // transformed, as in apply_row; addresses advance by a constant stride.
-template <int XT, int YT, int ACT, int EPL>
+template <int XT, int YT, int ACT, int EPL, bool BIAS>
 __device__ __forceinline__ void apply_channels_last(const Params& p) {
   const int tx = threadIdx.x % p.cl_tx;
   const int ty = threadIdx.x / p.cl_tx;
@@ -1013,7 +1046,6 @@ __device__ __forceinline__ void apply_channels_last(const Params& p) {
   i64 loaded = -1;  // the (slice, sample) whose constants are in registers
   RowConstants rc[kVec];
   RawVector<XT> bias = broadcast_raw<XT>(0u);  // the column's input bias
-  const bool has_bias = p.input_bias != nullptr;
   for (i64 item = blockIdx.x; item < p.cl_apply_items; item += gridDim.x) {
     i64 key, block, slice, sample;
     divide_small(item, p.cl_blocks_per_sample, key, block);
@@ -1026,7 +1058,7 @@ __device__ __forceinline__ void apply_channels_last(const Params& p) {
       if (key != loaded) {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) rc[e] = rows[sample * p.c + column * kVec + e];
-        if (has_bias) bias = raw_from_bits<XT>([&](int e) { return bias_bits<XT>(p, column * kVec + e); });
+        if constexpr (BIAS) bias = raw_from_bits<XT>([&](int e) { return bias_bits<XT>(p, column * kVec + e); });
         loaded = key;
       }
       // Element offsets: of the thread's first vector, and of the next vector of a step.
@@ -1034,11 +1066,7 @@ __device__ __forceinline__ void apply_channels_last(const Params& p) {
       const i64 next = lanes * p.c;
       const auto* xs = static_cast<const char*>(p.x) + first * (XT == kFP32 ? 4 : 2);
       auto* ys = static_cast<char*>(p.y) + first * (YT == kFP32 ? 4 : 2);
-      if (has_bias) {
-        cl_apply_pixels<XT, YT, ACT, EPL, true>(xs, ys, begin, end, lanes, next, rc, bias);
-      } else {
-        cl_apply_pixels<XT, YT, ACT, EPL, false>(xs, ys, begin, end, lanes, next, rc, bias);
-      }
+      cl_apply_pixels<XT, YT, ACT, EPL, BIAS>(xs, ys, begin, end, lanes, next, rc, bias);
     } else {
       // One channel per column, 8 pixels loaded before they are transformed.
       const RowConstants one = rows[sample * p.c + column];
@@ -1048,7 +1076,7 @@ __device__ __forceinline__ void apply_channels_last(const Params& p) {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
           const i64 at = pixel + e * lanes;
-          v[e] = at < end ? biased<XT>(p, load_element<XT>(p.x, base + at * p.c), column) : 0.0f;
+          v[e] = at < end ? biased_if<XT, BIAS>(p, load_element<XT>(p.x, base + at * p.c), column) : 0.0f;
         }
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
@@ -1089,7 +1117,7 @@ __device__ __forceinline__ void finish_chunk(const ChunkData<XT>& c, i64 chunk, 
 enum : int { kLoadFull = 0, kLoadRun = 1, kLoadGathered = 2 };
 
 // The chunks of one warp: chunk, chunk + stride, ...
-template <int XT, int WARPS, int STAGES, int LOAD>
+template <int XT, int WARPS, int STAGES, int LOAD, bool BIAS>
 __device__ __forceinline__ void chunk_stats_warp(const Params& p) {
   constexpr bool kFull = LOAD == kLoadFull;
   const int lane = threadIdx.x & 31;
@@ -1098,11 +1126,11 @@ __device__ __forceinline__ void chunk_stats_warp(const Params& p) {
   exact::ChunkRecord* records = static_cast<exact::ChunkRecord*>(p.records);
   const auto load = [&](i64 chunk, ChunkData<XT>& c) {
     if constexpr (LOAD == kLoadFull)
-      load_full_chunk<XT>(p, chunk, lane, c);
+      load_full_chunk<XT, BIAS>(p, chunk, lane, c);
     else if constexpr (LOAD == kLoadRun)
-      load_chunk<XT>(p, chunk, lane, c);
+      load_chunk<XT, BIAS>(p, chunk, lane, c);
     else
-      load_gathered_chunk<XT>(p, chunk, lane, c);
+      load_gathered_chunk<XT, BIAS>(p, chunk, lane, c);
   };
   i64 chunk = static_cast<i64>(blockIdx.x) * WARPS + threadIdx.x / 32;
   if constexpr (STAGES == 1) {
@@ -1157,6 +1185,7 @@ struct TileUnits {
   u32* row;         // the thread's vector's first row in the tile
   u32 first_word, word_step, swizzle;
   int first_pixel, pixel_step, count, pixels;
+  Raw16 bias;  // with an input bias: the biases of the thread's vector's channels (raw bits of x's dtype)
 };
 
 // A batch of 4 of a thread's units (j0 ... j0 + 3) held in registers between their loads and their stores.
@@ -1185,8 +1214,10 @@ __device__ __forceinline__ void load_units(const TileUnits& u, const char* at, i
   }
 }
 
-// Stores units j0 ... j0 + 3 into the tile, one word per channel.
-template <int XT, bool FULL>
+// Stores units j0 ... j0 + 3 into the tile, one word per channel. BIAS: the input bias is added to the units'
+// pixels (those past the window's stay +0), here, where only this batch's registers are live (added to a chunk
+// after the tile, with the next item's units held, the 16-bit instances spilled on sm_75).
+template <int XT, bool FULL, bool BIAS>
 __device__ __forceinline__ void store_units(const TileUnits& u, int j0, const HeldUnits<XT>& h) {
   using T = Tile<XT>;
 #pragma unroll
@@ -1194,12 +1225,22 @@ __device__ __forceinline__ void store_units(const TileUnits& u, int j0, const He
     const int j = j0 + q;
     if (FULL || j < u.count) {
       u32* words = u.row + ((u.first_word + static_cast<u32>(j) * u.word_step) ^ u.swizzle);
-      const u32 wa[4] = {h.a[q].a, h.a[q].b, h.a[q].c, h.a[q].d};
+      Raw16 a = h.a[q];
+      if constexpr (BIAS) {
+        const int pixel = u.first_pixel + j * u.pixel_step;
+        if (FULL || pixel < u.pixels) a = add_words<XT>(a, u.bias);
+      }
+      const u32 wa[4] = {a.a, a.b, a.c, a.d};
       if constexpr (XT == kFP32) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) words[k * T::kRowWords] = wa[k];
       } else {
-        const u32 wb[4] = {h.b[q].a, h.b[q].b, h.b[q].c, h.b[q].d};
+        Raw16 b = h.b[q];
+        if constexpr (BIAS) {
+          const int pixel = u.first_pixel + j * u.pixel_step;
+          if (FULL || pixel + 1 < u.pixels) b = add_words<XT>(b, u.bias);
+        }
+        const u32 wb[4] = {b.a, b.b, b.c, b.d};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           words[(2 * k) * T::kRowWords] = permute(wa[k], wb[k], 0x5410u);
@@ -1211,19 +1252,19 @@ __device__ __forceinline__ void store_units(const TileUnits& u, int j0, const He
 }
 
 // All of a thread's units into the tile, a batch of 4 at a time.
-template <int XT, bool FULL>
+template <int XT, bool FULL, bool BIAS>
 __device__ __forceinline__ void store_tile_units(const TileUnits& u) {
   const char* at = u.at;
   for (int j0 = 0; j0 < u.count; j0 += 4) {
     HeldUnits<XT> h;
     load_units<XT, FULL>(u, at, j0, h);
-    store_units<XT, FULL>(u, j0, h);
+    store_units<XT, FULL, BIAS>(u, j0, h);
     at += 4 * u.step_bytes;
   }
 }
 
 // A thread's units of item `item`'s tile, and the item's place: (sample, window, slice).
-template <int XT, int THREADS>
+template <int XT, int THREADS, bool BIAS>
 __device__ __forceinline__ TileUnits tile_units(const Params& p, i64 item, u32* tile, i64& sample, i64& window,
                                                 i64& slice) {
   using T = Tile<XT>;
@@ -1253,15 +1294,27 @@ __device__ __forceinline__ TileUnits tile_units(const Params& p, i64 item, u32* 
   u.row = tile + o * T::kChannelsPerVector * T::kRowWords;
   u.first_word = static_cast<u32>(u.first_pixel / kPixelsPerUnit);
   u.word_step = static_cast<u32>(THREADS >> shift);
+  if constexpr (BIAS) {
+    const i64 first = slice * slice_channels + o * T::kChannelsPerVector;  // the vector's first channel
+    u32 w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (XT == kFP32)
+        w[k] = bias_bits<XT>(p, first + k);
+      else
+        w[k] = bias_bits<XT>(p, first + 2 * k) | (bias_bits<XT>(p, first + 2 * k + 1) << 16);
+    }
+    u.bias = Raw16{w[0], w[1], w[2], w[3]};
+  }
   return u;
 }
 
-template <int XT>
+template <int XT, bool BIAS>
 __device__ __forceinline__ void store_tile(const TileUnits& u) {
   if (u.pixels == kChunk && u.count % 4 == 0)
-    store_tile_units<XT, true>(u);
+    store_tile_units<XT, true, BIAS>(u);
   else
-    store_tile_units<XT, false>(u);
+    store_tile_units<XT, false, BIAS>(u);
 }
 
 // Channel c's chunk of the tile, in reduce_chunk's raw layout.
@@ -1283,47 +1336,19 @@ __device__ __forceinline__ void tile_chunk(const u32* tile, int c, int shift, in
   }
 }
 
-// The input bias b (raw bits of XT) added in place to channel c's row of the tile, over its first `pixels`
-// elements (the rest stay +0), by one warp: a word at a time, so that a biased call holds no more registers here
-// than the held units of the next item and a word (adding it to the chunk in registers made the 16-bit
-// instances spill on sm_75).
-template <int XT>
-__device__ __forceinline__ void bias_tile_row(u32* tile, int c, int shift, int pixels, int lane, u32 b) {
-  using T = Tile<XT>;
-  const u32 swizzle = (32u >> shift) * static_cast<u32>(c / T::kChannelsPerVector);
-  u32* row = tile + c * T::kRowWords;
-  constexpr int kPerWord = XT == kFP32 ? 1 : 2;
-  const int words = (pixels + kPerWord - 1) / kPerWord;
-#pragma unroll 1
-  for (int j = lane; j < words; j += 32) {
-    u32* w = row + (static_cast<u32>(j) ^ swizzle);
-    if constexpr (XT == kFP32) {
-      *w = add_bits<XT>(*w, b);
-    } else {
-      const u32 low = add_bits<XT>(*w & 0xFFFFu, b);
-      const u32 high = kPerWord * j + 1 < pixels ? add_bits<XT>(*w >> 16, b) : 0u;
-      *w = (low & 0xFFFFu) | (high << 16);
-    }
-  }
-}
-
 // The K chunks of a tile in shared memory, reduced by the block's warps.
 template <int XT, int WARPS>
-__device__ __forceinline__ void reduce_tile(const Params& p, u32* tile, i64 sample, i64 window, i64 slice, int pixels) {
+__device__ __forceinline__ void reduce_tile(const Params& p, const u32* tile, i64 sample, i64 window, i64 slice,
+                                            int pixels) {
   using T = Tile<XT>;
   const int lane = threadIdx.x & 31;
   const int shift = log2_small(p.cl_slice_vectors);
   const int slice_channels = p.cl_slice_vectors * T::kChannelsPerVector;
   exact::ChunkRecord* records = static_cast<exact::ChunkRecord*>(p.records);
   for (int c = static_cast<int>(threadIdx.x) / 32; c < slice_channels; c += WARPS) {
-    const i64 channel = slice * slice_channels + c;
-    if (p.input_bias != nullptr) {
-      bias_tile_row<XT>(tile, c, shift, pixels, lane, bias_bits<XT>(p, channel));
-      __syncwarp();
-    }
     ChunkData<XT> d;
     tile_chunk<XT>(tile, c, shift, pixels, lane, d);
-    const i64 row = sample * p.c + channel;
+    const i64 row = sample * p.c + slice * slice_channels + c;
     finish_chunk<XT, false>(d, row * p.chunks_per_row + window, lane, records);
   }
 }
@@ -1331,7 +1356,7 @@ __device__ __forceinline__ void reduce_tile(const Params& p, u32* tile, i64 samp
 // The block's items item, item + gridDim, ... With at most 4 units a thread (the default 8-warp blocks), the next
 // item's loads are issued before this item is reduced, so that a block always has loads in flight; otherwise each
 // item is loaded, then reduced.
-template <int XT, int WARPS>
+template <int XT, int WARPS, bool BIAS>
 __device__ __forceinline__ void chunk_stats_tiles(const Params& p) {
   constexpr int kThreads = WARPS * 32;
   extern __shared__ Raw16 dynamic_shared[];
@@ -1339,19 +1364,19 @@ __device__ __forceinline__ void chunk_stats_tiles(const Params& p) {
   i64 item = blockIdx.x;
   if (item >= p.cl_stats_items) return;
   i64 sample, window, slice;
-  TileUnits u = tile_units<XT, kThreads>(p, item, tile, sample, window, slice);
+  TileUnits u = tile_units<XT, kThreads, BIAS>(p, item, tile, sample, window, slice);
   if (u.count <= 4) {
     // One batch a thread (count <= 4): its loads for the next item are in flight while this item is reduced.
     HeldUnits<XT> held;
     load_units<XT, false>(u, u.at, 0, held);
     for (;;) {
-      store_units<XT, false>(u, 0, held);
+      store_units<XT, false, BIAS>(u, 0, held);
       __syncthreads();
       const i64 next = item + gridDim.x;
       i64 next_sample = 0, next_window = 0, next_slice = 0;
       TileUnits following = u;
       if (next < p.cl_stats_items) {
-        following = tile_units<XT, kThreads>(p, next, tile, next_sample, next_window, next_slice);
+        following = tile_units<XT, kThreads, BIAS>(p, next, tile, next_sample, next_window, next_slice);
         load_units<XT, false>(following, following.at, 0, held);
       }
       reduce_tile<XT, WARPS>(p, tile, sample, window, slice, u.pixels);
@@ -1365,13 +1390,32 @@ __device__ __forceinline__ void chunk_stats_tiles(const Params& p) {
     }
   }
   for (;;) {
-    store_tile<XT>(u);
+    store_tile<XT, BIAS>(u);
     __syncthreads();
     reduce_tile<XT, WARPS>(p, tile, sample, window, slice, u.pixels);
     __syncthreads();  // the tile is rewritten for the next item
     item += gridDim.x;
     if (item >= p.cl_stats_items) return;
-    u = tile_units<XT, kThreads>(p, item, tile, sample, window, slice);
+    u = tile_units<XT, kThreads, BIAS>(p, item, tile, sample, window, slice);
+  }
+}
+
+template <int XT, int WARPS, int STAGES, int LAYOUT, bool BIAS>
+__device__ __forceinline__ void chunk_stats_body(const Params& p) {
+  if constexpr (LAYOUT == kChannelsLast) {
+    // Gathering needs more registers than holding two chunks leaves (and is the rare case): one chunk at a time.
+    if (p.cl_stats_items > 0)
+      chunk_stats_tiles<XT, WARPS, BIAS>(p);
+    else
+      chunk_stats_warp<XT, WARPS, 1, kLoadGathered, BIAS>(p);
+  } else {
+    // With a bias, one chunk at a time: the bias's code beside two chunks' registers left a stack frame on sm_75
+    // and sm_80 (FP32 x, 16 warps).
+    constexpr int kStages = BIAS ? 1 : STAGES;
+    if (p.vectorized && p.full_chunks)
+      chunk_stats_warp<XT, WARPS, kStages, kLoadFull, BIAS>(p);
+    else
+      chunk_stats_warp<XT, WARPS, kStages, kLoadRun, BIAS>(p);
   }
 }
 
@@ -1381,18 +1425,10 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(con
   static_assert(STAGES == 1 || STAGES == 2, "STAGES");
   static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
   allow_next_kernel();
-  if constexpr (LAYOUT == kChannelsLast) {
-    // Gathering needs more registers than holding two chunks leaves (and is the rare case): one chunk at a time.
-    if (p.cl_stats_items > 0)
-      chunk_stats_tiles<XT, WARPS>(p);
-    else
-      chunk_stats_warp<XT, WARPS, 1, kLoadGathered>(p);
-  } else {
-    if (p.vectorized && p.full_chunks)
-      chunk_stats_warp<XT, WARPS, STAGES, kLoadFull>(p);
-    else
-      chunk_stats_warp<XT, WARPS, STAGES, kLoadRun>(p);
-  }
+  if (p.input_bias != nullptr)
+    chunk_stats_body<XT, WARPS, STAGES, LAYOUT, true>(p);
+  else
+    chunk_stats_body<XT, WARPS, STAGES, LAYOUT, false>(p);
 }
 
 // One block of 256 threads per group (a grid-stride loop over the groups): the group's chunk records merged
@@ -1421,13 +1457,10 @@ __global__ void __launch_bounds__(kPartials) finalize(const Params p) {
   }
 }
 
-template <int XT, int YT, int WARPS, int EPL, int LAYOUT, int ACT>
-__global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Params p) {
-  static_assert(EPL == 8 || EPL == 16 || EPL == 32, "EPL");
-  static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
-  wait_for_previous_kernel();
+template <int XT, int YT, int WARPS, int EPL, int LAYOUT, int ACT, bool BIAS>
+__device__ __forceinline__ void apply_body(const Params& p) {
   if constexpr (LAYOUT == kChannelsLast) {
-    apply_channels_last<XT, YT, ACT, EPL>(p);
+    apply_channels_last<XT, YT, ACT, EPL, BIAS>(p);
   } else {
     const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
     for (i64 t = blockIdx.x; t < p.tiles_total; t += gridDim.x) {
@@ -1436,9 +1469,20 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Par
       const RowConstants rc = rows[row];
       const i64 begin = span * p.span_length;
       const i64 end = begin + p.span_length < p.s ? begin + p.span_length : p.s;
-      apply_row<XT, YT, ACT, WARPS * 32, EPL>(p, row * p.s + begin, row * p.s + end, rc, row, threadIdx.x);
+      apply_row<XT, YT, ACT, WARPS * 32, EPL, BIAS>(p, row * p.s + begin, row * p.s + end, rc, row, threadIdx.x);
     }
   }
+}
+
+template <int XT, int YT, int WARPS, int EPL, int LAYOUT, int ACT>
+__global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Params p) {
+  static_assert(EPL == 8 || EPL == 16 || EPL == 32, "EPL");
+  static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
+  wait_for_previous_kernel();
+  if (p.input_bias != nullptr)
+    apply_body<XT, YT, WARPS, EPL, LAYOUT, ACT, true>(p);
+  else
+    apply_body<XT, YT, WARPS, EPL, LAYOUT, ACT, false>(p);
 }
 
 // y with a border (Params::pad), after finalize. The padded output is cut into lines: the W' positions of one
@@ -1762,9 +1806,9 @@ __global__ void __launch_bounds__(256, 2) apply_padded(const Params p) {
 // channels (W = 8, 4 or 1 dividing cpg), thread (tx, ty) takes columns tx, tx + lanes_x, ... and pixels ty,
 // ty + lanes_y, ..., with the column's constants (from shared memory) in registers; up to 8 elements loaded
 // before they are transformed.
-template <int XT, int YT, int ACT, int THREADS, int EPL, int W, bool BIAS>
-__device__ __forceinline__ void fused_apply_channels_last(const Params& p, const RowConstants* rows,
-                                                          const float* biases, i64 sample, i64 first_channel) {
+template <int XT, int YT, int ACT, int THREADS, int EPL, int W>
+__device__ __forceinline__ void fused_apply_channels_last(const Params& p, const RowConstants* rows, i64 sample,
+                                                          i64 first_channel) {
   // At most 8 elements in flight: the kernel also holds a chunk's state, and W = 8 keeps 8 sets of constants (16
   // spilled on sm_75 to sm_89 and sm_100 and later with 16-warp blocks).
   constexpr int kElements = EPL < 8 ? EPL : 8;
@@ -1795,10 +1839,6 @@ __device__ __forceinline__ void fused_apply_channels_last(const Params& p, const
       for (int q = 0; q < kBatch; ++q) {
         const i64 at = pixel + static_cast<i64>(q) * lanes_y;
         if (at < p.s) load_values<XT, W>(p.x, base + at * p.c, v[q]);
-        if constexpr (BIAS) {
-#pragma unroll
-          for (int e = 0; e < W; ++e) v[q][e] = add_in<XT>(v[q][e], biases[column * W + e]);
-        }
       }
 #pragma unroll
       for (int q = 0; q < kBatch; ++q) {
@@ -1812,61 +1852,14 @@ __device__ __forceinline__ void fused_apply_channels_last(const Params& p, const
   }
 }
 
-// The channels-last apply of one group, with the kernel's column width (Params::cl_fused_width).
-template <int XT, int YT, int ACT, int THREADS, int EPL, bool BIAS>
-__device__ __forceinline__ void fused_apply_group_channels_last(const Params& p, const RowConstants* rows,
-                                                                const float* biases, i64 sample, i64 first_channel) {
-  if (p.cl_fused_width == 8)
-    fused_apply_channels_last<XT, YT, ACT, THREADS, EPL, 8, BIAS>(p, rows, biases, sample, first_channel);
-  else if (p.cl_fused_width == 4)
-    fused_apply_channels_last<XT, YT, ACT, THREADS, EPL, 4, BIAS>(p, rows, biases, sample, first_channel);
-  else
-    fused_apply_channels_last<XT, YT, ACT, THREADS, EPL, 1, BIAS>(p, rows, biases, sample, first_channel);
-}
-
-// The channel-major apply of one group (its elements from `base` on, vectorized): up to kVecs vectors a thread
-// loaded before they are transformed. BIAS: the input biases (from shared memory) are added to x; instantiated with
-// and without, so that a call without a bias runs the loop it ran before the bias existed.
-template <int XT, int YT, int ACT, int THREADS, int EPL, bool BIAS>
-__device__ __forceinline__ void fused_apply_channels_first(const Params& p, const RowConstants* rows,
-                                                           const float* biases, i64 base) {
-  constexpr int kVecs = vectors_per_step<XT, EPL, true>();
-  const int length = static_cast<int>(p.group_length);  // <= 64 * 1024
-  const unsigned s = static_cast<unsigned>(p.s);
-  for (int i = threadIdx.x * kVec; i < length; i += THREADS * kVec * kVecs) {
-    float v[kVecs][kVec];
-#pragma unroll
-    for (int q = 0; q < kVecs; ++q) {
-      const int at = i + q * THREADS * kVec;
-      if (at < length) load_vector<XT>(p.x, base + at, v[q]);
-      if (BIAS && at < length) {
-        const float b = biases[static_cast<unsigned>(at) / s];  // a vector lies in one channel (S % 8 == 0)
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) v[q][e] = add_in<XT>(v[q][e], b);
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < kVecs; ++q) {
-      const int at = i + q * THREADS * kVec;
-      if (at < length) {
-        const RowConstants rc = rows[static_cast<unsigned>(at) / s];
-        const auto same = [&](int) { return rc; };
-        transform_values<YT, ACT, false>(v[q], same, [](int) { return 0.0f; });  // x stays in v[q]
-        store_vector<YT>(p.y, base + at, v[q]);
-      }
-    }
-  }
-}
-
 template <int XT, int YT, int WARPS, int EPL, int LAYOUT, int ACT>
 __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(const Params p) {
   static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
   constexpr int kThreads = WARPS * 32;
+  constexpr int kVecs = vectors_per_step<XT, EPL, true>();
   __shared__ exact::ChunkRecord records[kFusedMaxChunks];
   __shared__ RowConstants rows[kFusedMaxChannels];
-  __shared__ float biases[kFusedMaxChannels];  // the group's input biases (where there are)
   __shared__ MergeShared merge;
-  const bool has_bias = p.input_bias != nullptr;
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x / 32;
   const int chunks = static_cast<int>(p.chunks_per_group);
@@ -1877,9 +1870,9 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
     for (int j = warp; j < chunks; j += WARPS) {
       ChunkData<XT> c;
       if constexpr (LAYOUT == kChannelsLast)
-        load_gathered_chunk<XT>(p, group * chunks + j, lane, c);
+        load_gathered_chunk<XT, false>(p, group * chunks + j, lane, c);
       else
-        load_chunk<XT>(p, group * chunks + j, lane, c);
+        load_chunk<XT, false>(p, group * chunks + j, lane, c);
       const exact::ChunkRecord r = reduce_chunk<XT>(c, lane);
       if (lane == 0) records[j] = r;
     }
@@ -1888,28 +1881,40 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
         p, group, chunks, [&](i64 j) { return records[j]; }, merge);
     const i64 sample = group / p.g;
     const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
-    for (int k = threadIdx.x; k < channels; k += kThreads) {
-      rows[k] = channel_constants(p, stats, first_channel + k);
-      if (has_bias) biases[k] = load_element<XT>(p.input_bias, first_channel + k);
-    }
+    for (int k = threadIdx.x; k < channels; k += kThreads) rows[k] = channel_constants(p, stats, first_channel + k);
     __syncthreads();
     if constexpr (LAYOUT == kChannelsLast) {
-      if (has_bias)
-        fused_apply_group_channels_last<XT, YT, ACT, kThreads, EPL, true>(p, rows, biases, sample, first_channel);
+      if (p.cl_fused_width == 8)
+        fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 8>(p, rows, sample, first_channel);
+      else if (p.cl_fused_width == 4)
+        fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 4>(p, rows, sample, first_channel);
       else
-        fused_apply_group_channels_last<XT, YT, ACT, kThreads, EPL, false>(p, rows, biases, sample, first_channel);
+        fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 1>(p, rows, sample, first_channel);
     } else {
       const i64 base = group * p.group_length;
       if (p.vectorized) {
-        if (has_bias)
-          fused_apply_channels_first<XT, YT, ACT, kThreads, EPL, true>(p, rows, biases, base);
-        else
-          fused_apply_channels_first<XT, YT, ACT, kThreads, EPL, false>(p, rows, biases, base);
+        for (int i = threadIdx.x * kVec; i < length; i += kThreads * kVec * kVecs) {
+          float v[kVecs][kVec];
+#pragma unroll
+          for (int q = 0; q < kVecs; ++q) {
+            const int at = i + q * kThreads * kVec;
+            if (at < length) load_vector<XT>(p.x, base + at, v[q]);
+          }
+#pragma unroll
+          for (int q = 0; q < kVecs; ++q) {
+            const int at = i + q * kThreads * kVec;
+            if (at < length) {
+              const RowConstants rc = rows[static_cast<unsigned>(at) / s];
+              const auto same = [&](int) { return rc; };
+              transform_values<YT, ACT, false>(v[q], same, [](int) { return 0.0f; });  // x stays in v[q]
+              store_vector<YT>(p.y, base + at, v[q]);
+            }
+          }
+        }
       } else {
         for (int i = threadIdx.x; i < length; i += kThreads) {
-          const unsigned k = static_cast<unsigned>(i) / s;
-          const float x = load_element<XT>(p.x, base + i);
-          store_element<YT>(p.y, base + i, transform<ACT>(has_bias ? add_in<XT>(x, biases[k]) : x, rows[k]));
+          const RowConstants rc = rows[static_cast<unsigned>(i) / s];
+          store_element<YT>(p.y, base + i, transform<ACT>(load_element<XT>(p.x, base + i), rc));
         }
       }
     }

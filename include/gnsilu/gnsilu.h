@@ -127,7 +127,7 @@ typedef struct gnsilu_problem {
   /* Since 0.3: an input bias (a convolution's bias handed over, so that it needs no pass of its own). C values of
    * x_dtype, or NULL (the default): the tensor normalized is x + input_bias[c], each sum rounded to x_dtype (what
    * PyTorch's x + b.view(C, 1, ...) gives in x's dtype), in the statistics and in the output alike; regions
-   * (gnsilu_group_stats) read it too. It may not overlap y. */
+   * (gnsilu_group_stats) read it too. It may not overlap y. A call with it takes the split path. */
   const void* input_bias;
 } gnsilu_problem;
 

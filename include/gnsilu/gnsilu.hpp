@@ -112,7 +112,8 @@ struct Problem {
   double pad_value = 0.0;  // the constant border, rounded to FP32 and then to y's dtype
   // An input bias (a convolution's bias handed over, so that it needs no pass of its own): C values of x's dtype, or
   // null. The tensor normalized is x + input_bias[c], each sum rounded to x's dtype (PyTorch's x + b.view(C, 1, ...)
-  // in x's dtype), in the statistics and in the output alike; group_stats reads it too. It may not overlap y.
+  // in x's dtype), in the statistics and in the output alike; group_stats reads it too. It may not overlap y. The
+  // split path only (Path::Fused is refused).
   const void* input_bias = nullptr;
 };
 

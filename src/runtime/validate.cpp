@@ -64,6 +64,7 @@ Geometry validate_problem(const Problem& p) {
   }
   Geometry g = make_geometry(p.shape, p.num_groups, p.x_layout);
   add_padding(g, p.shape, p.pad, p.pad_mode, p.pad_value, p.y_layout);
+  g.biased = p.input_bias != nullptr;
   // Where the two layouts are the same memory (g.layout is then ChannelsFirst), any pair is fine.
   if (p.y_layout != p.x_layout && g.s != 1 && g.c != 1) {
     throw_invalid("y_layout", std::string("is ") + layout_name(p.y_layout) + " but x_layout is " +

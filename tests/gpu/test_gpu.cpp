@@ -374,17 +374,32 @@ TEST_CASE(
                             << (guards ? "intact" : "OVERWRITTEN"));
           }
         };
+        // A biased call takes the split path (the fused kernel has no bias): every configuration, the path chosen
+        // by the library, and the fused path refused before anything is written.
         for (const auto& config : gnsilu::candidate_configs()) {
-          for (Path path : {Path::Fused, Path::Split}) {
-            if (path == Path::Fused && !gnsilu::detail::fused_eligible(geometry)) continue;
-            dy.fill(0xFF);
-            gnsilu::LaunchOptions options;
-            options.config = config;
-            options.path = path;
-            gnsilu::group_norm_silu(p, nullptr, {}, options);
-            check(std::string(path == Path::Fused ? "fused" : "split") + " e" + std::to_string(config.elems_per_load) +
-                  " w" + std::to_string(config.warps) + " s" + std::to_string(config.stages));
-          }
+          dy.fill(0xFF);
+          gnsilu::LaunchOptions options;
+          options.config = config;
+          options.path = Path::Split;
+          gnsilu::group_norm_silu(p, nullptr, {}, options);
+          check("split e" + std::to_string(config.elems_per_load) + " w" + std::to_string(config.warps) + " s" +
+                std::to_string(config.stages));
+        }
+        dy.fill(0xFF);
+        gnsilu::group_norm_silu(p, nullptr, {}, {});
+        check("the library's path");
+        if (gnsilu::detail::fused_eligible(geometry)) {
+          dy.fill(0xFF);
+          gnsilu::LaunchOptions fused;
+          fused.path = Path::Fused;
+          CHECK_THROWS_WITH_AS(gnsilu::group_norm_silu(p, nullptr, {}, fused), doctest::Contains("options.path"),
+                               gnsilu::Error);
+          device_sync();
+          HostTensor untouched(yd, static_cast<std::size_t>(n));
+          dy.download(untouched.data());
+          CHECK_MESSAGE(std::all_of(untouched.bytes.begin(), untouched.bytes.end(),
+                                    [](unsigned char byte) { return byte == 0xFF; }),
+                        what << ": a refused fused call wrote y");
         }
         // Region statistics of the whole tensor, and the output applied from them. A group with a NaN or Inf is
         // recorded differently by the two (the GPU counts one nonfinite chunk and skips its sums, the reference
