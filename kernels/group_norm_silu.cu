@@ -33,7 +33,8 @@
 //
 // Launch constants are template parameters: WARPS (warps per block), EPL (elements per thread per step of the
 // apply loops: 8, 16 or 32), STAGES (chunks a warp holds in flight in chunk_stats: 2 loads the next chunk
-// while reducing the current one; NCHW only). The statistics are exact sums, so no cut of a group and no order of
+// while reducing the current one; NCHW only). BIAS (chunk_stats and apply): the instance that adds Params::input_bias
+// to x as it reads it. The statistics are exact sums, so no cut of a group and no order of
 // additions changes a bit of the output.
 #include "gnsilu_exact.cuh"
 #include "gnsilu_math.cuh"
@@ -290,10 +291,11 @@ __device__ __forceinline__ float biased(const Params& p, float x, i64 channel) {
   return p.input_bias != nullptr ? add_in<XT>(x, load_element<XT>(p.input_bias, channel)) : x;
 }
 
-// The same where the kernel's body is instantiated for one case (BIAS: Params::input_bias is not null). The hot
-// kernels (chunk_stats, apply, fused) branch on the bias once, at their top, into a body instantiated with and
-// without it, so that a call without a bias runs none of its code (a test per row or chunk, and the registers it
-// holds, cost 1-7% at small shapes: PERFORMANCE.md v20).
+// The same where the kernel is instantiated for one case (BIAS: Params::input_bias is not null). chunk_stats and
+// apply have an instance of each (template argument BIAS), so that a call without a bias runs none of its code and
+// is compiled as if the bias did not exist: a test per row or chunk cost 1-7% at small shapes (PERFORMANCE.md v20),
+// and both bodies in one kernel, branched at its top, still 2-7% (v22: ptxas gives the two one register layout and
+// one schedule). A call with a bias takes the split path (the fused kernel has no bias).
 template <int XT, bool BIAS>
 __device__ __forceinline__ float biased_if(const Params& p, float x, i64 channel) {
   if constexpr (BIAS)
@@ -1419,16 +1421,15 @@ __device__ __forceinline__ void chunk_stats_body(const Params& p) {
   }
 }
 
-template <int XT, int WARPS, int STAGES, int LAYOUT>
+// BIAS: the instance for calls with an input bias (the host launches it where Params::input_bias is not null).
+template <int XT, int WARPS, int STAGES, int LAYOUT, int BIAS>
 __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(const Params p) {
   static_assert(WARPS >= 1 && WARPS <= 32, "WARPS");
   static_assert(STAGES == 1 || STAGES == 2, "STAGES");
   static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
+  static_assert(BIAS == 0 || BIAS == 1, "BIAS");
   allow_next_kernel();
-  if (p.input_bias != nullptr)
-    chunk_stats_body<XT, WARPS, STAGES, LAYOUT, true>(p);
-  else
-    chunk_stats_body<XT, WARPS, STAGES, LAYOUT, false>(p);
+  chunk_stats_body<XT, WARPS, STAGES, LAYOUT, BIAS == 1>(p);
 }
 
 // One block of 256 threads per group (a grid-stride loop over the groups): the group's chunk records merged
@@ -1474,15 +1475,14 @@ __device__ __forceinline__ void apply_body(const Params& p) {
   }
 }
 
-template <int XT, int YT, int WARPS, int EPL, int LAYOUT, int ACT>
+// BIAS: as chunk_stats'.
+template <int XT, int YT, int WARPS, int EPL, int LAYOUT, int ACT, int BIAS>
 __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Params p) {
   static_assert(EPL == 8 || EPL == 16 || EPL == 32, "EPL");
   static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
+  static_assert(BIAS == 0 || BIAS == 1, "BIAS");
   wait_for_previous_kernel();
-  if (p.input_bias != nullptr)
-    apply_body<XT, YT, WARPS, EPL, LAYOUT, ACT, true>(p);
-  else
-    apply_body<XT, YT, WARPS, EPL, LAYOUT, ACT, false>(p);
+  apply_body<XT, YT, WARPS, EPL, LAYOUT, ACT, BIAS == 1>(p);
 }
 
 // y with a border (Params::pad), after finalize. The padded output is cut into lines: the W' positions of one
