@@ -16,7 +16,9 @@ compile+gnsilu (the swapped copy compiled: gnsilu's op stands in Inductor's grap
 activations, convolutions and upsamplers in slabs of rows: gnsilu.chunked, --slab-bytes) or +tiled (diffusers'
 enable_tiling). Cases also flux-2048 (a 1x16x256x256 latent), and the other diffusers VAEs with GroupNorm in
 their default configurations (VIDEO_CASES): mochi (latent 1x12x3x32x32), magvit, kvae-video, cogvideox, cosmos
-(1x16x3x32x32) and svd (AutoencoderKLTemporalDecoder, 4x4x32x32 decoded as 4 frames). Layouts: nchw (contiguous) and
+(1x16x3x32x32), svd (AutoencoderKLTemporalDecoder, 4x4x32x32 decoded as 4 frames), allegro (1x4x4x32x32, through
+its decoder: its decode() runs only by tiles; no +tiled rows) and hunyuan-image (HunyuanImage 2.1's configuration, 1x64x64x64 to
+2048x2048). MiniMax-H3 has no row: its GroupNorms are in its encoder; its decoder is a transformer. Layouts: nchw (contiguous) and
 channels_last (model and latent in torch.channels_last / channels_last_3d).
 For each row: median ms of --runs decodes (CUDA events around each decode, after warm-up; the compile time of the
 first call is printed apart), peak memory allocated during the decodes, the relative L2 error against a float32
@@ -52,13 +54,35 @@ VIDEO_CASES = {
     "cogvideox": ("AutoencoderKLCogVideoX", (1, 16, 3, 32, 32)),
     "cosmos": ("AutoencoderKLCosmos", (1, 16, 3, 32, 32)),
     "svd": ("AutoencoderKLTemporalDecoder", (4, 4, 32, 32)),
+    # HunyuanImage 2.1's VAE (diffusers' conversion script's configuration): 32x spatial compression, a 1x64x64x64
+    # latent decoded to 2048x2048.
+    "hunyuan-image": ("AutoencoderKLHunyuanImage", (1, 64, 64, 64)),
+    # Allegro's default configuration: a 1x4x4x32x32 latent through its decoder (its decode() runs only by tiles,
+    # and returns the frames in another arrangement: no +tiled rows).
+    "allegro": ("AutoencoderKLAllegro", (1, 4, 4, 32, 32)),
+}
+# Configurations for classes without defaults.
+CASE_CONFIGS = {
+    "hunyuan-image": dict(in_channels=3, out_channels=3, latent_channels=64,
+                          block_out_channels=(128, 256, 512, 512, 1024, 1024), layers_per_block=2,
+                          spatial_compression_ratio=32, sample_size=384, scaling_factor=0.75289,
+                          downsample_match_channel=True, upsample_match_channel=True),
 }
 DECODE_KWARGS = {"svd": lambda latent: {"num_frames": latent.shape[0]}}  # decode(z, **kwargs)
+# Cases decoded other than by model.decode(z, **kwargs).sample (outside +tiled modes).
+DIRECT_DECODERS = {"allegro": lambda model, z: model.decoder(z)}
 
 
 def decode_kwargs(case, latent):
     """What a case's decode takes besides the latent (DECODE_KWARGS)."""
     return DECODE_KWARGS[case](latent) if case in DECODE_KWARGS else {}
+
+
+def decode_with(case, model, value, extra, tiled=False):
+    """The case's decode of a latent: model.decode(value, **extra).sample, or its DIRECT_DECODERS entry."""
+    if case in DIRECT_DECODERS and not tiled:
+        return DIRECT_DECODERS[case](model, value)
+    return model.decode(value, **extra).sample
 CATEGORIES = ["conv", "transpose", "groupnorm", "gnsilu", "attention", "gemm", "elementwise", "other"]
 # Kernel names (lower case) to categories, first match wins.
 PATTERNS = [
@@ -98,7 +122,7 @@ def build(case, args, torch):
         shape = (1, 16, t, h, w)
     elif case in VIDEO_CASES:
         class_name, shape = VIDEO_CASES[case]
-        vae = getattr(diffusers, class_name)()
+        vae = getattr(diffusers, class_name)(**CASE_CONFIGS.get(case, {}))
         if not full:
             shape = shape[:2] + (2,) * (len(shape) - 4) + (8, 8)  # a check of the script: tiny
     else:
@@ -204,13 +228,14 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
     z = in_layout(torch, latent.to(getattr(torch, args.dtype)), layout)
 
     extra = decode_kwargs(case, latent)
+    tiled = "+tiled" in mode
 
     def plain_decode(value):
         if "+slabs" in mode:  # whole activations, convolutions and upsamplers in slabs of rows (gnsilu.chunked)
             import gnsilu.chunked as gc
             with gc.slabs(model.decoder, max_bytes=args.slab_bytes):
-                return model.decode(value, **extra).sample
-        return model.decode(value, **extra).sample
+                return decode_with(case, model, value, extra, tiled)
+        return decode_with(case, model, value, extra, tiled)
 
     decode = plain_decode
     compile_s = None
@@ -308,7 +333,7 @@ def main():
         exact = None
         if args.exact:
             with torch.inference_mode():
-                exact = vae.decode(latent, **decode_kwargs(case, latent)).sample.float().clone()
+                exact = decode_with(case, vae, latent, decode_kwargs(case, latent)).float().clone()
             if not bool(torch.isfinite(exact).all()):
                 print(f"bench_vae: {case}: the float32 reference holds "
                       f"{int((~torch.isfinite(exact)).sum())} NaN or Inf of {exact.numel()}", flush=True)
@@ -319,6 +344,10 @@ def main():
         del vae
         first_out = None  # the case's first row's output: the others' "rel. L2 to the first row"
         for mode in modes:
+            if "+tiled" in mode and case in DIRECT_DECODERS:
+                print(f"bench_vae: {case}: no {mode} row (its tiled decode() returns another arrangement of the frames "
+                      f"than its decoder; rows here time the decoder)", flush=True)
+                continue
             for layout in layouts:
                 row = run_row(torch, args, vae_run, latent, mode, layout, exact, case)
                 out = row.pop("out")
