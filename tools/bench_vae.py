@@ -24,7 +24,9 @@ For each row: median ms of --runs decodes (CUDA events around each decode, after
 first call is printed apart), peak memory allocated during the decodes, the relative L2 error against a float32
 decode of the same weights (eager, NCHW, computed once), and unless --no-profile a kernel-time breakdown of one
 decode from torch.profiler (ms a decode): convolutions, cuDNN's layout transposes, PyTorch / Inductor GroupNorm,
-gnsilu, attention, matrix products, elementwise and other kernels. L2 is not flushed between decodes: a decode
+gnsilu, attention, matrix products, elementwise and other kernels, then the elementwise kernels that took the most
+time, by short name (PyTorch's functor, e.g. CUDAFunctor_add for residual additions, or Inductor's fused kernel
+kind). L2 is not flushed between decodes: a decode
 moves gigabytes, far beyond the 60 MB L2.
 Needs PyTorch with CUDA and diffusers (on a machine without them, carry diffusers' and importlib_metadata's wheels).
 --device cpu runs the same program on the CPU with tiny inputs (a check of the script, not a benchmark).
@@ -151,17 +153,38 @@ def model_in_layout(torch, vae, layout):
     return vae
 
 
-def breakdown(torch, decode, latent):
-    """ms a decode by kernel category, from torch.profiler's CUDA kernel events of one decode."""
+# A short name for an elementwise kernel: PyTorch's functor (CUDAFunctor_add, ...), an Inductor kernel's fused ops, or
+# the kernel's own name without its template arguments.
+SHORT_NAMES = re.compile(r"(CUDAFunctor_?\w+|\w+_functor\w*|\w+Functor\w*|triton_\w+?_fused_\w+|"
+                         r"upsample\w*|CatArray\w*|copy\w*kernel\w*|fill\w*|memcpy\w*|memset\w*)", re.IGNORECASE)
+
+
+def short_name(name):
+    match = SHORT_NAMES.search(name)
+    if match:
+        return re.sub(r"_\d+$", "", match.group(1))  # Inductor's numbered kernels of one kind together
+    return re.sub(r"<.*", "", name).split("(")[0].split()[-1][:48]
+
+
+def breakdown(torch, decode, latent, top=8):
+    """ms a decode by kernel category, from torch.profiler's CUDA kernel events of one decode; and the `top`
+    elementwise kernels by short name (where a residual addition, a copy or an upsample spends its time)."""
     from torch.profiler import ProfilerActivity, profile
     totals = dict.fromkeys(CATEGORIES, 0.0)
+    elementwise = {}
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         decode(latent)
         torch.cuda.synchronize()
     for event in prof.events():  # kernels, copies and sets are the events on the device
         if str(getattr(event, "device_type", "")).endswith("CUDA"):
-            totals[classify(event.name)] += event.time_range.elapsed_us() / 1e3  # us -> ms
-    return totals
+            category = classify(event.name)
+            ms = event.time_range.elapsed_us() / 1e3  # us -> ms
+            totals[category] += ms
+            if category == "elementwise":
+                key = short_name(event.name)
+                elementwise[key] = elementwise.get(key, 0.0) + ms
+    ranked = sorted(elementwise.items(), key=lambda kv: -kv[1])[:top]
+    return totals, [[k, v] for k, v in ranked]
 
 
 def memory_breakdown(torch, model, decode, z):
@@ -274,12 +297,13 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
         if exact is not None:
             reference = exact.double()  # float64: the norms of large outputs without overflow or loss
             error = ((out.double() - reference).norm() / reference.norm()).item()
-        kernels = breakdown(torch, decode, z) if args.profile and args.device == "cuda" else None
+        kernels, elementwise = breakdown(torch, decode, z) if args.profile and args.device == "cuda" else (None, None)
         memory = None
         if args.memory_breakdown and args.device == "cuda" and not mode.startswith("compile"):
             memory = memory_breakdown(torch, model, decode, z)
     return {"mode": mode, "layout": layout, "ms": statistics.median(times), "peak_gib": peak,
             "relative_l2": error, "out": out.float(), "compile_s": compile_s, "kernels_ms": kernels,
+            "elementwise_top_ms": elementwise,
             "swapped": None if swapped is None else {"pairs": swapped.pairs, "plain": swapped.plain,
                                                      "padded": swapped.padded, "biases_moved": swapped.biases_moved},
             "output_shape": list(out.shape), "memory": memory}
@@ -367,9 +391,11 @@ def main():
                 memory = "" if row["memory"] is None else \
                     "  memory: held at a GroupNorm {held_at_norm_gib:.2f} GiB ({held_at}), mid block {mid_block_peak_gib:.2f}, " \
                     "between GroupNorms {between_norms_peak_gib:.2f} ({between})".format(**row["memory"])
+                top = "" if not row["elementwise_top_ms"] else "  elementwise: " + ", ".join(
+                    f"{name} {ms:.2f}" for name, ms in row["elementwise_top_ms"])
                 print(f"{case:14} {mode:15} {layout:14} {row['ms']:9.2f} ms  peak {row['peak_gib']:6.2f} GiB  "
                       f"rel L2 {row['relative_l2']:.2e} (to the first row {row['relative_l2_to_first']:.2e}){swapped}"
-                      f"{compiled}{detail}{memory}", flush=True)
+                      f"{compiled}{detail}{memory}{top}", flush=True)
                 if args.device == "cuda":
                     torch.cuda.empty_cache()
     if args.json:
