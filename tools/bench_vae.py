@@ -17,17 +17,16 @@ activations, convolutions and upsamplers in slabs of rows: gnsilu.chunked, --sla
 enable_tiling). Cases also flux-2048 (a 1x16x256x256 latent), and the other diffusers VAEs with GroupNorm in
 their default configurations (VIDEO_CASES): mochi (latent 1x12x3x32x32), magvit, kvae-video, cogvideox, cosmos
 (1x16x3x32x32), svd (AutoencoderKLTemporalDecoder, 4x4x32x32 decoded as 4 frames), allegro (1x4x4x32x32, through
-its decoder: its decode() runs only by tiles; no +tiled rows) and hunyuan-image (HunyuanImage 2.1's configuration, 1x64x64x64 to
-2048x2048). MiniMax-H3 has no row: its GroupNorms are in its encoder; its decoder is a transformer. Layouts: nchw (contiguous) and
-channels_last (model and latent in torch.channels_last / channels_last_3d).
+its decoder: its decode() runs only by tiles; no +tiled rows) and hunyuan-image (HunyuanImage 2.1's configuration,
+1x64x64x64 to 2048x2048). MiniMax-H3 has no row: its GroupNorms are in its encoder; its decoder is a transformer.
+Layouts: nchw (contiguous) and channels_last (model and latent in torch.channels_last / channels_last_3d).
 For each row: median ms of --runs decodes (CUDA events around each decode, after warm-up; the compile time of the
 first call is printed apart), peak memory allocated during the decodes, the relative L2 error against a float32
 decode of the same weights (eager, NCHW, computed once), and unless --no-profile a kernel-time breakdown of one
 decode from torch.profiler (ms a decode): convolutions, cuDNN's layout transposes, PyTorch / Inductor GroupNorm,
 gnsilu, attention, matrix products, elementwise and other kernels, then the elementwise kernels that took the most
 time, by short name (PyTorch's functor, e.g. CUDAFunctor_add for residual additions, or Inductor's fused kernel
-kind). L2 is not flushed between decodes: a decode
-moves gigabytes, far beyond the 60 MB L2.
+kind). L2 is not flushed between decodes: a decode moves gigabytes, far beyond the 60 MB L2.
 Needs PyTorch with CUDA and diffusers (on a machine without them, carry diffusers' and importlib_metadata's wheels).
 --device cpu runs the same program on the CPU with tiny inputs (a check of the script, not a benchmark).
 """
@@ -71,7 +70,7 @@ CASE_CONFIGS = {
                           downsample_match_channel=True, upsample_match_channel=True),
 }
 DECODE_KWARGS = {"svd": lambda latent: {"num_frames": latent.shape[0]}}  # decode(z, **kwargs)
-# Cases decoded other than by model.decode(z, **kwargs).sample (outside +tiled modes).
+# Cases decoded other than by model.decode(z, **kwargs).sample (they have no +tiled rows).
 DIRECT_DECODERS = {"allegro": lambda model, z: model.decoder(z)}
 
 
@@ -80,9 +79,10 @@ def decode_kwargs(case, latent):
     return DECODE_KWARGS[case](latent) if case in DECODE_KWARGS else {}
 
 
-def decode_with(case, model, value, extra, tiled=False):
-    """The case's decode of a latent: model.decode(value, **extra).sample, or its DIRECT_DECODERS entry."""
-    if case in DIRECT_DECODERS and not tiled:
+def decode_with(case, model, value, extra):
+    """The case's decode of a latent: model.decode(value, **extra).sample, or its DIRECT_DECODERS entry (main() runs
+    no +tiled row for those)."""
+    if case in DIRECT_DECODERS:
         return DIRECT_DECODERS[case](model, value)
     return model.decode(value, **extra).sample
 CATEGORIES = ["conv", "transpose", "groupnorm", "gnsilu", "attention", "gemm", "elementwise", "other"]
@@ -251,14 +251,13 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
     z = in_layout(torch, latent.to(getattr(torch, args.dtype)), layout)
 
     extra = decode_kwargs(case, latent)
-    tiled = "+tiled" in mode
 
     def plain_decode(value):
         if "+slabs" in mode:  # whole activations, convolutions and upsamplers in slabs of rows (gnsilu.chunked)
             import gnsilu.chunked as gc
             with gc.slabs(model.decoder, max_bytes=args.slab_bytes):
-                return decode_with(case, model, value, extra, tiled)
-        return decode_with(case, model, value, extra, tiled)
+                return decode_with(case, model, value, extra)
+        return decode_with(case, model, value, extra)
 
     decode = plain_decode
     compile_s = None

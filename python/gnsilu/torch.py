@@ -282,6 +282,15 @@ def _gnsilu(module, input, activation):
                               out_dtype)
 
 
+def _like_group_norm(cls, group_norm):
+    """A `cls` module with group_norm's settings and its very parameters (shared, not copied): what both modules'
+    from_group_norm build (their constructors take nn.GroupNorm's arguments)."""
+    module = cls(group_norm.num_groups, group_norm.num_channels, group_norm.eps, group_norm.affine, device="meta")
+    module.weight = group_norm.weight
+    module.bias = group_norm.bias
+    return module.train(group_norm.training)
+
+
 class GroupNormSiLU(nn.Module):
     """silu(group_norm(x)): nn.GroupNorm(num_groups, num_channels, eps, affine) followed by nn.SiLU, in one module.
 
@@ -324,11 +333,7 @@ class GroupNormSiLU(nn.Module):
     @classmethod
     def from_group_norm(cls, group_norm):
         """A GroupNormSiLU with group_norm's settings and its very parameters (shared, not copied)."""
-        module = cls(group_norm.num_groups, group_norm.num_channels, group_norm.eps, group_norm.affine,
-                     device="meta")
-        module.weight = group_norm.weight
-        module.bias = group_norm.bias
-        return module.train(group_norm.training)
+        return _like_group_norm(cls, group_norm)
 
     def forward(self, input):
         output = _fast_forward(self, input, "silu")
@@ -358,11 +363,7 @@ class GroupNorm(nn.GroupNorm):
     @classmethod
     def from_group_norm(cls, group_norm):
         """A GroupNorm with group_norm's settings and its very parameters (shared, not copied)."""
-        module = cls(group_norm.num_groups, group_norm.num_channels, group_norm.eps, group_norm.affine,
-                     device="meta")
-        module.weight = group_norm.weight
-        module.bias = group_norm.bias
-        return module.train(group_norm.training)
+        return _like_group_norm(cls, group_norm)
 
     def forward(self, input):
         output = _fast_forward(self, input, "none")
