@@ -276,6 +276,20 @@ GNSILU_HD float silu32(float v) {
   return div32(v, 1.0f + e.p * pow2f(e.k));
 }
 
+// x + b in dtype T, both of T (the input bias, Params::input_bias): the FP32 sum rounded once to T, which is what
+// PyTorch's x + b gives in T. For BF16 and FP16 it is also the exact sum rounded to T: FP32 holds at least 2p + 1
+// bits of T's p, so rounding the sum twice rounds it as once (and sums of two FP16 subnormals are exact in FP32).
+template <int T>
+GNSILU_HD float add_in(float x, float b) {
+  const float sum = x + b;
+  if constexpr (T == kBF16)
+    return bf16_to_float(float_to_bf16(sum));
+  else if constexpr (T == kFP16)
+    return fp16_to_float(float_to_fp16(sum));
+  else
+    return sum;
+}
+
 // ---- loads and stores by dtype code ----------------------------------------------------------------------
 template <int T>
 GNSILU_HD float load_element(const void* p, i64 i) {

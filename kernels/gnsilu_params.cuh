@@ -25,6 +25,7 @@ struct Params {
   void* y;                // same shape and layout, dtype YT; may equal x when the element sizes match
   const void* weight;     // C values of weight_dtype, or null
   const void* bias;       // C values of bias_dtype, or null
+  const void* input_bias;  // C values of XT added to x before everything (math::add_in), or null
   void* records;          // split path: ChunkRecord per chunk (groups * chunks_per_group)
   void* rows;             // split path: RowConstants per (n, c)
   void* group_stats;      // stats_mode 1: written, 2: read; exact::Record (32 int64) per (n, group)

@@ -1,8 +1,8 @@
 // gnsilu: the GroupNorm(+SiLU) kernels, compiled at run time by NVRTC for the device's exact architecture.
 //
-// Two paths compute the same bits (gnsilu_math.cuh defines the arithmetic, gnsilu_exact.cuh the exact statistics), in two
-// memory layouts that also give the same bits: channel-major (NCHW, NCDHW, ...) and channels-last (NHWC, ...).
-// A variant is compiled for one layout (LAYOUT) and one activation (ACT: SiLU or none).
+// Two paths compute the same bits (gnsilu_math.cuh defines the arithmetic, gnsilu_exact.cuh the exact statistics), in
+// two memory layouts that also give the same bits: channel-major (NCHW, NCDHW, ...) and channels-last (NHWC, ...). A
+// variant is compiled for one layout (LAYOUT) and one activation (ACT: SiLU or none).
 //
 //   split (three launches, any size; from sm_90 the second and third overlap the drain of the one before):
 //     chunk_stats  NCHW: one warp per chunk: loads the chunk into registers (4 x 16-byte vectors per lane),
@@ -33,7 +33,8 @@
 //
 // Launch constants are template parameters: WARPS (warps per block), EPL (elements per thread per step of the
 // apply loops: 8, 16 or 32), STAGES (chunks a warp holds in flight in chunk_stats: 2 loads the next chunk
-// while reducing the current one; NCHW only). The statistics are exact sums, so no cut of a group and no order of
+// while reducing the current one; NCHW only). BIAS (chunk_stats and apply): the instance that adds Params::input_bias
+// to x as it reads it. The statistics are exact sums, so no cut of a group and no order of
 // additions changes a bit of the output.
 #include "gnsilu_exact.cuh"
 #include "gnsilu_math.cuh"
@@ -86,8 +87,14 @@ __device__ __forceinline__ RawVector<T> load_raw(const void* base, i64 i) {
 template <int T>
 __device__ __forceinline__ void unpack(const RawVector<T>& r, float (&v)[kVec]) {
   if constexpr (T == kFP32) {
-    v[0] = float_of(r.q[0].a); v[1] = float_of(r.q[0].b); v[2] = float_of(r.q[0].c); v[3] = float_of(r.q[0].d);
-    v[4] = float_of(r.q[1].a); v[5] = float_of(r.q[1].b); v[6] = float_of(r.q[1].c); v[7] = float_of(r.q[1].d);
+    v[0] = float_of(r.q[0].a);
+    v[1] = float_of(r.q[0].b);
+    v[2] = float_of(r.q[0].c);
+    v[3] = float_of(r.q[0].d);
+    v[4] = float_of(r.q[1].a);
+    v[5] = float_of(r.q[1].b);
+    v[6] = float_of(r.q[1].c);
+    v[7] = float_of(r.q[1].d);
   } else {
     const u32 w[4] = {r.q[0].a, r.q[0].b, r.q[0].c, r.q[0].d};
 #pragma unroll
@@ -116,8 +123,10 @@ __device__ __forceinline__ float element_of(const RawVector<XT>& r, int e) {
     const int k = e / 2;
     const u32 w = k == 0 ? r.q[0].a : k == 1 ? r.q[0].b : k == 2 ? r.q[0].c : r.q[0].d;
     const u16 h = static_cast<u16>(e % 2 ? w >> 16 : w & 0xFFFFu);
-    if constexpr (XT == kBF16) return bf16_to_float(h);
-    else return fp16_to_float(h);
+    if constexpr (XT == kBF16)
+      return bf16_to_float(h);
+    else
+      return fp16_to_float(h);
   }
 }
 
@@ -161,7 +170,10 @@ __device__ __forceinline__ void load_values(const void* base, i64 i, float (&v)[
     v[0] = load_element<T>(base, i);
   } else if constexpr (T == kFP32) {
     const Raw16 r = load16(static_cast<const float*>(base) + i);
-    v[0] = float_of(r.a); v[1] = float_of(r.b); v[2] = float_of(r.c); v[3] = float_of(r.d);
+    v[0] = float_of(r.a);
+    v[1] = float_of(r.b);
+    v[2] = float_of(r.c);
+    v[3] = float_of(r.d);
   } else {
     u32 w[2];
     load8bytes(static_cast<const u16*>(base) + i, w[0], w[1]);
@@ -241,8 +253,10 @@ struct ChunkData {
 // The raw bits of element i of x (a 16-bit value in the low half, or the FP32 bits).
 template <int XT>
 __device__ __forceinline__ u32 element_bits(const void* x, i64 i) {
-  if constexpr (XT == kFP32) return static_cast<const u32*>(x)[i];
-  else return static_cast<const u16*>(x)[i];
+  if constexpr (XT == kFP32)
+    return static_cast<const u32*>(x)[i];
+  else
+    return static_cast<const u16*>(x)[i];
 }
 
 // Slot s of a chunk from 8 elements' bits given one by one (absent ones as 0).
@@ -252,13 +266,174 @@ __device__ __forceinline__ RawVector<XT> raw_from_bits(BitsOf bits_of_element) {
 #pragma unroll
   for (int e = 0; e < kVec; ++e) {
     const u32 b = bits_of_element(e);
-    if constexpr (XT == kFP32) w[e] = b;
-    else w[e / 2] = e % 2 ? (w[e / 2] | b << 16) : b;
+    if constexpr (XT == kFP32)
+      w[e] = b;
+    else
+      w[e / 2] = e % 2 ? (w[e / 2] | b << 16) : b;
   }
   RawVector<XT> r;
 #pragma unroll
   for (int q = 0; q < (XT == kFP32 ? 2 : 1); ++q) r.q[q] = Raw16{w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]};
   return r;
+}
+
+// ---- the input bias (Params::input_bias) ----------------------------------------------------------------
+// The tensor normalized is x + b[channel], each sum rounded to XT (math::add_in). It is added where x is loaded: to
+// raw vectors (a chunk's, or an apply step's), or to single elements; absent elements of a chunk stay +0.
+template <int XT>
+__device__ __forceinline__ u32 bias_bits(const Params& p, i64 channel) {
+  return element_bits<XT>(p.input_bias, channel);
+}
+
+// An element of x plus its channel's bias (x itself without one).
+template <int XT>
+__device__ __forceinline__ float biased(const Params& p, float x, i64 channel) {
+  return p.input_bias != nullptr ? add_in<XT>(x, load_element<XT>(p.input_bias, channel)) : x;
+}
+
+// The same where the kernel is instantiated for one case (BIAS: Params::input_bias is not null). chunk_stats and
+// apply have an instance of each (template argument BIAS), so that a call without a bias runs none of its code and
+// is compiled as if the bias did not exist: a test per row or chunk cost 1-7% at small shapes (PERFORMANCE.md v20),
+// and both bodies in one kernel, branched at its top, still 2-7% (v22: ptxas gives the two one register layout and
+// one schedule). A call with a bias takes the split path (the fused kernel has no bias).
+template <int XT, bool BIAS>
+__device__ __forceinline__ float biased_if(const Params& p, float x, i64 channel) {
+  if constexpr (BIAS)
+    return add_in<XT>(x, load_element<XT>(p.input_bias, channel));
+  else
+    return x;
+}
+
+// Raw bits x + b (both raw bits of XT, 16-bit values in the low half).
+template <int XT>
+__device__ __forceinline__ u32 add_bits(u32 x, u32 b) {
+  if constexpr (XT == kFP32) {
+    return bits_of(float_of(x) + float_of(b));
+  } else {
+    const u16 hx = static_cast<u16>(x), hb = static_cast<u16>(b);
+    if constexpr (XT == kBF16)
+      return float_to_bf16(bf16_to_float(hx) + bf16_to_float(hb));
+    else
+      return float_to_fp16(fp16_to_float(hx) + fp16_to_float(hb));
+  }
+}
+
+// x + b for the 16 bytes of a tile unit (both raw bits of XT), element by element, rounded to XT (math::add_in).
+template <int XT>
+__device__ __forceinline__ Raw16 add_words(const Raw16& x, const Raw16& b) {
+  const u32 wx[4] = {x.a, x.b, x.c, x.d}, wb[4] = {b.a, b.b, b.c, b.d};
+  u32 r[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (XT == kFP32) {
+      r[k] = add_bits<XT>(wx[k], wb[k]);
+    } else {
+      const u32 low = add_bits<XT>(wx[k] & 0xFFFFu, wb[k] & 0xFFFFu), high = add_bits<XT>(wx[k] >> 16, wb[k] >> 16);
+      r[k] = (low & 0xFFFFu) | (high << 16);
+    }
+  }
+  return Raw16{r[0], r[1], r[2], r[3]};
+}
+
+// The same value in every element of a raw vector.
+template <int XT>
+__device__ __forceinline__ RawVector<XT> broadcast_raw(u32 bits) {
+  const u32 w = XT == kFP32 ? bits : (bits & 0xFFFFu) * 0x10001u;
+  RawVector<XT> r;
+#pragma unroll
+  for (int q = 0; q < (XT == kFP32 ? 2 : 1); ++q) r.q[q] = Raw16{w, w, w, w};
+  return r;
+}
+
+// x + b element by element, rounded to XT (math::add_in; pack_*x2 round as float_to_* do).
+template <int XT>
+__device__ __forceinline__ RawVector<XT> add_raw(const RawVector<XT>& x, const RawVector<XT>& b) {
+  float v[kVec], w[kVec];
+  unpack<XT>(x, v);
+  unpack<XT>(b, w);
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) v[e] += w[e];
+  RawVector<XT> r;
+  if constexpr (XT == kFP32) {
+    r.q[0] = Raw16{bits_of(v[0]), bits_of(v[1]), bits_of(v[2]), bits_of(v[3])};
+    r.q[1] = Raw16{bits_of(v[4]), bits_of(v[5]), bits_of(v[6]), bits_of(v[7])};
+  } else if constexpr (XT == kBF16) {
+    r.q[0] = Raw16{pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7])};
+  } else {
+    r.q[0] = Raw16{pack_fp16x2(v[0], v[1]), pack_fp16x2(v[2], v[3]), pack_fp16x2(v[4], v[5]), pack_fp16x2(v[6], v[7])};
+  }
+  return r;
+}
+
+// Elements m ... 7 of a raw vector set to +0 (m < 8).
+template <int XT>
+__device__ __forceinline__ void keep_first(RawVector<XT>& r, int m) {
+#pragma unroll
+  for (int q = 0; q < (XT == kFP32 ? 2 : 1); ++q) {
+    u32* w[4] = {&r.q[q].a, &r.q[q].b, &r.q[q].c, &r.q[q].d};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (XT == kFP32) {
+        if (4 * q + k >= m) *w[k] = 0u;
+      } else {
+        const u32 keep = (2 * k < m ? 0xFFFFu : 0u) | (2 * k + 1 < m ? 0xFFFF0000u : 0u);
+        *w[k] &= keep;
+      }
+    }
+  }
+}
+
+// Bias vector b added to a lane's slots of a loaded chunk (its absent elements stay +0).
+template <int XT>
+__device__ __forceinline__ void add_chunk_bias(const RawVector<XT>& b, int lane, ChunkData<XT>& c) {
+#pragma unroll
+  for (int s = 0; s < kSlots; ++s) {
+    const int first = (lane + kLanes * s) * kVec;
+    if (first < c.n) {
+      c.raw[s] = add_raw<XT>(c.raw[s], b);
+      if (first + kVec > c.n) keep_first<XT>(c.raw[s], c.n - first);
+    }
+  }
+}
+
+// The input bias added to a chunk of channel-major memory loaded from element `start` (load_run, load_full_chunk):
+// one channel's where the chunk lies in one row, else (whole channels: S <= 512) each element's own. A chunk lies
+// in one group, so its channels follow the first one's without wrapping.
+// The input bias added to a chunk that spans whole channels: element i is in channel `channel` + (offset + i) / s.
+// Each slot's first element's channel is found by one division, then carried through its 8 elements; run after
+// the chunk's loads, so that none of the loads' registers are live beside it.
+template <int XT>
+__device__ __forceinline__ void add_channels_bias(const Params& p, i64 channel, unsigned offset, unsigned s, int lane,
+                                                  ChunkData<XT>& c) {
+#pragma unroll
+  for (int k = 0; k < kSlots; ++k) {
+    const int first = (lane + kLanes * k) * kVec;
+    if (first >= c.n) continue;
+    const unsigned i = offset + static_cast<unsigned>(first);
+    unsigned next = i / s, r = i - next * s;
+    const RawVector<XT> b = raw_from_bits<XT>([&](int e) {
+      const u32 bits = first + e < c.n ? bias_bits<XT>(p, channel + next) : 0u;
+      if (++r == s) {
+        r = 0;
+        ++next;
+      }
+      return bits;
+    });
+    c.raw[k] = add_raw<XT>(c.raw[k], b);
+    if (first + kVec > c.n) keep_first<XT>(c.raw[k], c.n - first);
+  }
+}
+
+template <int XT>
+__device__ __forceinline__ void add_run_bias(const Params& p, i64 start, int lane, ChunkData<XT>& c) {
+  const i64 row = start / p.s;
+  const i64 offset = start - row * p.s;
+  const i64 channel = row % p.c;
+  if (offset + c.n <= p.s) {
+    add_chunk_bias<XT>(broadcast_raw<XT>(bias_bits<XT>(p, channel)), lane, c);
+    return;
+  }
+  add_channels_bias<XT>(p, channel, static_cast<unsigned>(offset), static_cast<unsigned>(p.s), lane, c);
 }
 
 // The n elements of x from `start` on (channel-major: a chunk is one contiguous run).
@@ -272,20 +447,25 @@ __device__ __forceinline__ void load_run(const Params& p, i64 start, int n, int 
       c.raw[s] = load_raw<XT>(p.x, start + first);
     } else {
       // Element by element (unaligned rows, or the end of a chunk), into the same raw layout.
-      c.raw[s] = raw_from_bits<XT>(
-          [&](int e) { return first + e < n ? element_bits<XT>(p.x, start + first + e) : 0u; });
+      c.raw[s] =
+          raw_from_bits<XT>([&](int e) { return first + e < n ? element_bits<XT>(p.x, start + first + e) : 0u; });
     }
   }
 }
 
+// The chunk loads below take BIAS: whether the caller's body has an input bias (without, none of its code is
+// compiled in). The fused kernel has none: a call with an input bias takes the split path (plan.cpp,
+// fused_eligible), so that the fused kernel stays as it was (with the bias its 16-warp channels-last instance spilled
+// on sm_100).
 // Chunk `chunk` when every chunk is full and x is 16-byte aligned (all chunks of 1024 elements, rows of whole
 // vectors): it starts at chunk * kChunk, with no division into (group, index) and no per-slot tests.
-template <int XT>
+template <int XT, bool BIAS>
 __device__ __forceinline__ void load_full_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
   c.n = kChunk;
   const i64 start = chunk * kChunk + static_cast<i64>(lane) * kVec;
 #pragma unroll
   for (int s = 0; s < kSlots; ++s) c.raw[s] = load_raw<XT>(p.x, start + kLanes * kVec * s);
+  if constexpr (BIAS) add_run_bias<XT>(p, chunk * kChunk, lane, c);
 }
 
 // Where chunk `chunk` of the tensor (group-major numbering) lies in channel-major memory, and its length. With
@@ -307,17 +487,18 @@ __device__ __forceinline__ void chunk_extent(const Params& p, i64 chunk, i64& st
 }
 
 // Chunk `chunk` of the tensor in channel-major memory.
-template <int XT>
+template <int XT, bool BIAS>
 __device__ __forceinline__ void load_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
   i64 start;
   int n;
   chunk_extent(p, chunk, start, n);
   load_run<XT>(p, start, n, lane, c);
+  if constexpr (BIAS) add_run_bias<XT>(p, start, lane, c);
 }
 
 // Chunk `chunk` of the tensor in channels-last memory, element by element: element i of the chunk is its
 // channel i / pixels, pixel i % pixels (gnsilu_math.cuh: chunk_place), at (sample, pixel, channel).
-template <int XT>
+template <int XT, bool BIAS>
 __device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, int lane, ChunkData<XT>& c) {
   const i64 group = chunk / p.chunks_per_group;
   const ChunkPlace place = chunk_place(p.s, p.channels_per_group, chunk - group * p.chunks_per_group);
@@ -335,6 +516,7 @@ __device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, 
       const i64 at = base + static_cast<i64>(first) * p.c;
       c.raw[s] = raw_from_bits<XT>([&](int e) { return first + e < n ? element_bits<XT>(p.x, at + e * p.c) : 0u; });
     }
+    if constexpr (BIAS) add_chunk_bias<XT>(broadcast_raw<XT>(bias_bits<XT>(p, channel)), lane, c);
     return;
   }
   // Whole channels (S <= 512): element i is channel i / S, pixel i % S. One unsigned division an element, each on
@@ -350,6 +532,7 @@ __device__ __forceinline__ void load_gathered_chunk(const Params& p, i64 chunk, 
       return element_bits<XT>(p.x, base + static_cast<i64>(pixel) * p.c + k);
     });
   }
+  if constexpr (BIAS) add_channels_bias<XT>(p, channel, 0u, static_cast<unsigned>(pixels), lane, c);
 }
 
 template <int XT>
@@ -371,8 +554,10 @@ __device__ __forceinline__ u32 lane_top_bits(const ChunkData<XT>& c, const float
       const u32 w[4] = {c.raw[s].q[0].a, c.raw[s].q[0].b, c.raw[s].q[0].c, c.raw[s].q[0].d};
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        if constexpr (XT == kBF16) asm("max.NaN.xorsign.abs.bf16x2 %0, %0, %1;" : "+r"(top) : "r"(w[k]));
-        else asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(top) : "r"(w[k]));
+        if constexpr (XT == kBF16)
+          asm("max.NaN.xorsign.abs.bf16x2 %0, %0, %1;" : "+r"(top) : "r"(w[k]));
+        else
+          asm("max.NaN.xorsign.abs.f16x2 %0, %0, %1;" : "+r"(top) : "r"(w[k]));
       }
     }
     const u32 lo = top & 0x7FFFu;
@@ -419,7 +604,8 @@ __device__ __forceinline__ void level_sums(u32 sum_t, u64 sum_t2, int elements, 
   const int k = static_cast<int>(sum_t - static_cast<u32>(elements) * kMagicBits);
   const u64 m = kMagicBits;
   sum_k = k;
-  sum_k2 = static_cast<i64>(sum_t2 - static_cast<u64>(elements) * m * m - 2ull * m * static_cast<u64>(static_cast<i64>(k)));
+  sum_k2 =
+      static_cast<i64>(sum_t2 - static_cast<u64>(elements) * m * m - 2ull * m * static_cast<u64>(static_cast<i64>(k)));
 }
 
 // Two levels (gnsilu_exact.cuh: level_grid), for chunks whose elements do not all lie on the one grid, and FP32
@@ -469,7 +655,7 @@ __device__ __forceinline__ exact::ChunkRecord two_level_chunk(const float (&v)[k
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         const float x = v[i][e] * pre;
-        const float t1 = fmaf(x, s, kMagic);  // nearest: |x - k1 2^g| <= 2^(g - 1)
+        const float t1 = fmaf(x, s, kMagic);            // nearest: |x - k1 2^g| <= 2^(g - 1)
         const float rest = fmaf(t1 - kMagic, step, x);  // exact
         const float t2 = fma_rz(rest, s2, kMagic);
         inexact |= bits_of(t2) ^ bits_of(fma_ru(rest, s2, kMagic));
@@ -562,8 +748,10 @@ __device__ __forceinline__ exact::ChunkRecord reduce_chunk(const ChunkData<XT>& 
 // Where element (sample, channel, pixel) of x lies in the layout.
 template <int LAYOUT>
 __device__ __forceinline__ i64 element_offset(const Params& p, i64 sample, i64 channel, i64 pixel) {
-  if constexpr (LAYOUT == kChannelsLast) return (sample * p.s + pixel) * p.c + channel;
-  else return (sample * p.c + channel) * p.s + pixel;
+  if constexpr (LAYOUT == kChannelsLast)
+    return (sample * p.s + pixel) * p.c + channel;
+  else
+    return (sample * p.c + channel) * p.s + pixel;
 }
 
 // A warp's combined sums (warp_combine), for the block's thread 0 to merge.
@@ -575,11 +763,11 @@ struct WarpSums {
 inline constexpr int kMaxMergeWarps = 32;
 
 struct MergeShared {
-  exact::Record total;     // sums that did not stay in registers (rare), and the slow path's record
+  exact::Record total;  // sums that did not stay in registers (rare), and the slow path's record
   exact::Scratch scratch;
   WarpSums warp[kMaxMergeWarps];
   int escaped;
-  int spilled;             // something was added to `total`
+  int spilled;  // something was added to `total`
   GroupStats stats;
 };
 
@@ -685,7 +873,8 @@ __device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 gr
         const i64 q = i - k * place.pixels;
         const i64 at =
             element_offset<LAYOUT>(p, sample, first_channel + place.first_channel + k, place.first_pixel + q);
-        exact::acc_add_element(acc, bits_of(load_element<XT>(p.x, at)), sink);
+        const float v = biased<XT>(p, load_element<XT>(p.x, at), first_channel + place.first_channel + k);
+        exact::acc_add_element(acc, bits_of(v), sink);
       }
     }
     exact::acc_flush(acc, sink);
@@ -705,8 +894,7 @@ __device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 gr
       high = sh.warp[w].top > high ? sh.warp[w].top : high;
       weight += sh.warp[w].weight;
     }
-    const bool whole =
-        record_in == nullptr && sh.spilled == 0 && (weight == 0 || exact::acc_fits(high, low, weight));
+    const bool whole = record_in == nullptr && sh.spilled == 0 && (weight == 0 || exact::acc_fits(high, low, weight));
     for (int w = 0; w < kWarps; ++w) {
       const WarpSums& ws = sh.warp[w];
       total.count += ws.count;
@@ -747,47 +935,100 @@ __device__ constexpr int vectors_per_step() {
   return tight && EPL / kVec > 2 ? 2 : EPL / kVec;
 }
 
-// y over elements [begin, end) of one row (one set of constants), EPL elements per thread per step. The next
-// step's vectors are loaded (raw) before this step's are transformed, so loads stay in flight during the
-// arithmetic.
-template <int XT, int YT, int ACT, int THREADS, int EPL>
-__device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, const RowConstants& rc, int tid) {
+// The vectorized part of apply_row. BIAS: the row's input bias is added to x (the loop is instantiated twice, so that
+// a call without a bias runs the loop it ran before the bias existed).
+template <int XT, int YT, int ACT, int THREADS, int EPL, bool BIAS>
+__device__ __forceinline__ void apply_row_vectors(const Params& p, i64 begin, i64 end, const RowConstants& rc,
+                                                  const RawVector<XT>& bias, int tid) {
   constexpr int kVecs = vectors_per_step<XT, EPL>();
   constexpr i64 kStep = static_cast<i64>(THREADS) * kVec * kVecs;
   const auto same = [&](int) -> const RowConstants& { return rc; };
-  if (p.vectorized) {
-    i64 i = begin + static_cast<i64>(tid) * kVec;
-    RawVector<XT> raw[kVecs];
+  i64 i = begin + static_cast<i64>(tid) * kVec;
+  RawVector<XT> raw[kVecs];
+#pragma unroll
+  for (int q = 0; q < kVecs; ++q) {
+    const i64 at = i + static_cast<i64>(q) * THREADS * kVec;
+    if (at < end) raw[q] = load_raw<XT>(p.x, at);
+  }
+  for (; i < end; i += kStep) {
+    RawVector<XT> next[kVecs];
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      const i64 at = i + kStep + static_cast<i64>(q) * THREADS * kVec;
+      if (at < end) next[q] = load_raw<XT>(p.x, at);
+    }
 #pragma unroll
     for (int q = 0; q < kVecs; ++q) {
       const i64 at = i + static_cast<i64>(q) * THREADS * kVec;
-      if (at < end) raw[q] = load_raw<XT>(p.x, at);
-    }
-    for (; i < end; i += kStep) {
-      RawVector<XT> next[kVecs];
-#pragma unroll
-      for (int q = 0; q < kVecs; ++q) {
-        const i64 at = i + kStep + static_cast<i64>(q) * THREADS * kVec;
-        if (at < end) next[q] = load_raw<XT>(p.x, at);
+      if (at < end) {
+        if constexpr (BIAS) raw[q] = add_raw<XT>(raw[q], bias);
+        float v[kVec];
+        unpack<XT>(raw[q], v);
+        // For bf16 outputs, x again from its raw form in registers: the rare path runs often enough in some
+        // lane of a warp that reading x from memory instead measured 12% slower (PERFORMANCE.md, v6).
+        transform_values<YT, ACT, YT == kBF16>(v, same, [&](int e) { return element_of<XT>(raw[q], e); });
+        store_vector<YT>(p.y, at, v);
       }
-#pragma unroll
-      for (int q = 0; q < kVecs; ++q) {
-        const i64 at = i + static_cast<i64>(q) * THREADS * kVec;
-        if (at < end) {
-          float v[kVec];
-          unpack<XT>(raw[q], v);
-          // For bf16 outputs, x again from its raw form in registers: the rare path runs often enough in some
-          // lane of a warp that reading x from memory instead measured 12% slower (PERFORMANCE.md, v6).
-          transform_values<YT, ACT, YT == kBF16>(v, same, [&](int e) { return element_of<XT>(raw[q], e); });
-          store_vector<YT>(p.y, at, v);
-        }
-        raw[q] = next[q];
-      }
+      raw[q] = next[q];
     }
+  }
+}
+
+// y over elements [begin, end) of row `row` (one set of constants), EPL elements per thread per step. The next
+// step's vectors are loaded (raw) before this step's are transformed, so loads stay in flight during the arithmetic.
+template <int XT, int YT, int ACT, int THREADS, int EPL, bool BIAS>
+__device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, const RowConstants& rc, i64 row,
+                                          int tid) {
+  i64 channel = 0;
+  RawVector<XT> bias = broadcast_raw<XT>(0u);
+  if constexpr (BIAS) {
+    channel = row % p.c;
+    bias = broadcast_raw<XT>(bias_bits<XT>(p, channel));
+  }
+  if (p.vectorized) {
+    apply_row_vectors<XT, YT, ACT, THREADS, EPL, BIAS>(p, begin, end, rc, bias, tid);
   } else {
     for (i64 i = begin + tid; i < end; i += THREADS) {
-      store_element<YT>(p.y, i, transform<ACT>(load_element<XT>(p.x, i), rc));
+      store_element<YT>(p.y, i, transform<ACT>(biased_if<XT, BIAS>(p, load_element<XT>(p.x, i), channel), rc));
     }
+  }
+}
+
+// The vectorized pixels of one (column, block) of apply_channels_last: x and y from xs and ys (the thread's first
+// vector), `next` elements from one of a step's vectors to the next. BIAS: the column's input biases are added to x
+// (instantiated twice, as apply_row_vectors).
+template <int XT, int YT, int ACT, int EPL, bool BIAS>
+__device__ __forceinline__ void cl_apply_pixels(const char* xs, char* ys, i64 begin, i64 end, i64 lanes, i64 next,
+                                                const RowConstants (&rc)[kVec], const RawVector<XT>& bias) {
+  // With a bias, one vector a step for FP32 x: its 8 biases beside two vectors in flight spilled on sm_120.
+  constexpr int kVecs = BIAS && XT == kFP32 ? 1 : vectors_per_step<XT, EPL>();
+  constexpr i64 kXBytes = XT == kFP32 ? 4 : 2, kYBytes = YT == kFP32 ? 4 : 2;
+  const i64 step = next * kVecs;
+  const auto per_channel = [&](int e) -> const RowConstants& { return rc[e]; };
+  RawVector<XT> raw[kVecs];
+#pragma unroll
+  for (int q = 0; q < kVecs; ++q) {
+    if (begin + q * lanes < end) raw[q] = load_raw<XT>(xs + q * next * kXBytes, 0);
+  }
+  for (i64 pixel = begin; pixel < end; pixel += lanes * kVecs) {
+    RawVector<XT> following[kVecs];
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      if (pixel + (kVecs + q) * lanes < end) following[q] = load_raw<XT>(xs + (step + q * next) * kXBytes, 0);
+    }
+#pragma unroll
+    for (int q = 0; q < kVecs; ++q) {
+      if (pixel + q * lanes < end) {
+        if constexpr (BIAS) raw[q] = add_raw<XT>(raw[q], bias);
+        float v[kVec];
+        unpack<XT>(raw[q], v);
+        transform_values<YT, ACT, YT == kBF16>(v, per_channel, [&](int e) { return element_of<XT>(raw[q], e); });
+        store_vector<YT>(ys + q * next * kYBytes, 0, v);
+      }
+      raw[q] = following[q];
+    }
+    xs += step * kXBytes;
+    ys += step * kYBytes;
   }
 }
 
@@ -797,7 +1038,7 @@ __device__ __forceinline__ void apply_row(const Params& p, i64 begin, i64 end, c
 // column's constants in registers, loaded again only when the column or the sample changes. Vectors are 8
 // consecutive channels of one pixel (16 or 32 bytes); the next step's are loaded before this step's are
 // transformed, as in apply_row; addresses advance by a constant stride.
-template <int XT, int YT, int ACT, int EPL>
+template <int XT, int YT, int ACT, int EPL, bool BIAS>
 __device__ __forceinline__ void apply_channels_last(const Params& p) {
   const int tx = threadIdx.x % p.cl_tx;
   const int ty = threadIdx.x / p.cl_tx;
@@ -806,6 +1047,7 @@ __device__ __forceinline__ void apply_channels_last(const Params& p) {
   const i64 lanes = p.cl_ty;
   i64 loaded = -1;  // the (slice, sample) whose constants are in registers
   RowConstants rc[kVec];
+  RawVector<XT> bias = broadcast_raw<XT>(0u);  // the column's input bias
   for (i64 item = blockIdx.x; item < p.cl_apply_items; item += gridDim.x) {
     i64 key, block, slice, sample;
     divide_small(item, p.cl_blocks_per_sample, key, block);
@@ -815,44 +1057,18 @@ __device__ __forceinline__ void apply_channels_last(const Params& p) {
     const i64 begin = block * p.cl_block_pixels + ty;
     const i64 end = (block + 1) * p.cl_block_pixels < p.s ? (block + 1) * p.cl_block_pixels : p.s;
     if (p.vectorized) {
-      constexpr int kVecs = vectors_per_step<XT, EPL>();
       if (key != loaded) {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) rc[e] = rows[sample * p.c + column * kVec + e];
+        if constexpr (BIAS) bias = raw_from_bits<XT>([&](int e) { return bias_bits<XT>(p, column * kVec + e); });
         loaded = key;
       }
-      const auto per_channel = [&](int e) -> const RowConstants& { return rc[e]; };
-      // Element offsets: of the thread's first vector, of the next vector of a step, of the next step.
+      // Element offsets: of the thread's first vector, and of the next vector of a step.
       const i64 first = (sample * p.s + begin) * p.c + column * kVec;
       const i64 next = lanes * p.c;
-      const i64 step = next * kVecs;
       const auto* xs = static_cast<const char*>(p.x) + first * (XT == kFP32 ? 4 : 2);
       auto* ys = static_cast<char*>(p.y) + first * (YT == kFP32 ? 4 : 2);
-      constexpr i64 kXBytes = XT == kFP32 ? 4 : 2, kYBytes = YT == kFP32 ? 4 : 2;
-      RawVector<XT> raw[kVecs];
-#pragma unroll
-      for (int q = 0; q < kVecs; ++q) {
-        if (begin + q * lanes < end) raw[q] = load_raw<XT>(xs + q * next * kXBytes, 0);
-      }
-      for (i64 pixel = begin; pixel < end; pixel += lanes * kVecs) {
-        RawVector<XT> following[kVecs];
-#pragma unroll
-        for (int q = 0; q < kVecs; ++q) {
-          if (pixel + (kVecs + q) * lanes < end) following[q] = load_raw<XT>(xs + (step + q * next) * kXBytes, 0);
-        }
-#pragma unroll
-        for (int q = 0; q < kVecs; ++q) {
-          if (pixel + q * lanes < end) {
-            float v[kVec];
-            unpack<XT>(raw[q], v);
-            transform_values<YT, ACT, YT == kBF16>(v, per_channel, [&](int e) { return element_of<XT>(raw[q], e); });
-            store_vector<YT>(ys + q * next * kYBytes, 0, v);
-          }
-          raw[q] = following[q];
-        }
-        xs += step * kXBytes;
-        ys += step * kYBytes;
-      }
+      cl_apply_pixels<XT, YT, ACT, EPL, BIAS>(xs, ys, begin, end, lanes, next, rc, bias);
     } else {
       // One channel per column, 8 pixels loaded before they are transformed.
       const RowConstants one = rows[sample * p.c + column];
@@ -862,7 +1078,7 @@ __device__ __forceinline__ void apply_channels_last(const Params& p) {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
           const i64 at = pixel + e * lanes;
-          v[e] = at < end ? load_element<XT>(p.x, base + at * p.c) : 0.0f;
+          v[e] = at < end ? biased_if<XT, BIAS>(p, load_element<XT>(p.x, base + at * p.c), column) : 0.0f;
         }
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
@@ -893,8 +1109,7 @@ __device__ __forceinline__ void allow_next_kernel() {
 // The record of a loaded chunk, stored by lane 0. FULL: every chunk is full; otherwise a full chunk still takes
 // the unmasked reduction (a branch uniform over the warp), and only the end of a row or group is masked.
 template <int XT, bool FULL>
-__device__ __forceinline__ void finish_chunk(const ChunkData<XT>& c, i64 chunk, int lane,
-                                             exact::ChunkRecord* records) {
+__device__ __forceinline__ void finish_chunk(const ChunkData<XT>& c, i64 chunk, int lane, exact::ChunkRecord* records) {
   const exact::ChunkRecord r = reduce_chunk<XT, FULL>(c, lane);
   if (lane == 0) records[chunk] = r;
 }
@@ -904,7 +1119,7 @@ __device__ __forceinline__ void finish_chunk(const ChunkData<XT>& c, i64 chunk, 
 enum : int { kLoadFull = 0, kLoadRun = 1, kLoadGathered = 2 };
 
 // The chunks of one warp: chunk, chunk + stride, ...
-template <int XT, int WARPS, int STAGES, int LOAD>
+template <int XT, int WARPS, int STAGES, int LOAD, bool BIAS>
 __device__ __forceinline__ void chunk_stats_warp(const Params& p) {
   constexpr bool kFull = LOAD == kLoadFull;
   const int lane = threadIdx.x & 31;
@@ -912,9 +1127,12 @@ __device__ __forceinline__ void chunk_stats_warp(const Params& p) {
   const i64 total = p.chunks_total;
   exact::ChunkRecord* records = static_cast<exact::ChunkRecord*>(p.records);
   const auto load = [&](i64 chunk, ChunkData<XT>& c) {
-    if constexpr (LOAD == kLoadFull) load_full_chunk<XT>(p, chunk, lane, c);
-    else if constexpr (LOAD == kLoadRun) load_chunk<XT>(p, chunk, lane, c);
-    else load_gathered_chunk<XT>(p, chunk, lane, c);
+    if constexpr (LOAD == kLoadFull)
+      load_full_chunk<XT, BIAS>(p, chunk, lane, c);
+    else if constexpr (LOAD == kLoadRun)
+      load_chunk<XT, BIAS>(p, chunk, lane, c);
+    else
+      load_gathered_chunk<XT, BIAS>(p, chunk, lane, c);
   };
   i64 chunk = static_cast<i64>(blockIdx.x) * WARPS + threadIdx.x / 32;
   if constexpr (STAGES == 1) {
@@ -955,13 +1173,11 @@ __device__ __forceinline__ void chunk_stats_warp(const Params& p) {
 template <int XT>
 struct Tile {
   static constexpr int kBytes = XT == kFP32 ? 4 : 2;
-  static constexpr int kRowWords = kChunk * kBytes / 4;  // one channel's window: 512 or 1024 words
+  static constexpr int kRowWords = kChunk * kBytes / 4;   // one channel's window: 512 or 1024 words
   static constexpr int kChannelsPerVector = 16 / kBytes;  // 8 or 4
 };
 
 __device__ __forceinline__ int log2_small(int v) { return v >= 4 ? 2 : v >= 2 ? 1 : 0; }
-
-
 
 // Where one thread's units of a tile go (store_tile).
 struct TileUnits {
@@ -971,6 +1187,7 @@ struct TileUnits {
   u32* row;         // the thread's vector's first row in the tile
   u32 first_word, word_step, swizzle;
   int first_pixel, pixel_step, count, pixels;
+  Raw16 bias;  // with an input bias: the biases of the thread's vector's channels (raw bits of x's dtype)
 };
 
 // A batch of 4 of a thread's units (j0 ... j0 + 3) held in registers between their loads and their stores.
@@ -999,8 +1216,10 @@ __device__ __forceinline__ void load_units(const TileUnits& u, const char* at, i
   }
 }
 
-// Stores units j0 ... j0 + 3 into the tile, one word per channel.
-template <int XT, bool FULL>
+// Stores units j0 ... j0 + 3 into the tile, one word per channel. BIAS: the input bias is added to the units'
+// pixels (those past the window's stay +0), here, where only this batch's registers are live (added to a chunk
+// after the tile, with the next item's units held, the 16-bit instances spilled on sm_75).
+template <int XT, bool FULL, bool BIAS>
 __device__ __forceinline__ void store_units(const TileUnits& u, int j0, const HeldUnits<XT>& h) {
   using T = Tile<XT>;
 #pragma unroll
@@ -1008,12 +1227,22 @@ __device__ __forceinline__ void store_units(const TileUnits& u, int j0, const He
     const int j = j0 + q;
     if (FULL || j < u.count) {
       u32* words = u.row + ((u.first_word + static_cast<u32>(j) * u.word_step) ^ u.swizzle);
-      const u32 wa[4] = {h.a[q].a, h.a[q].b, h.a[q].c, h.a[q].d};
+      Raw16 a = h.a[q];
+      if constexpr (BIAS) {
+        const int pixel = u.first_pixel + j * u.pixel_step;
+        if (FULL || pixel < u.pixels) a = add_words<XT>(a, u.bias);
+      }
+      const u32 wa[4] = {a.a, a.b, a.c, a.d};
       if constexpr (XT == kFP32) {
 #pragma unroll
         for (int k = 0; k < 4; ++k) words[k * T::kRowWords] = wa[k];
       } else {
-        const u32 wb[4] = {h.b[q].a, h.b[q].b, h.b[q].c, h.b[q].d};
+        Raw16 b = h.b[q];
+        if constexpr (BIAS) {
+          const int pixel = u.first_pixel + j * u.pixel_step;
+          if (FULL || pixel + 1 < u.pixels) b = add_words<XT>(b, u.bias);
+        }
+        const u32 wb[4] = {b.a, b.b, b.c, b.d};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           words[(2 * k) * T::kRowWords] = permute(wa[k], wb[k], 0x5410u);
@@ -1025,19 +1254,19 @@ __device__ __forceinline__ void store_units(const TileUnits& u, int j0, const He
 }
 
 // All of a thread's units into the tile, a batch of 4 at a time.
-template <int XT, bool FULL>
+template <int XT, bool FULL, bool BIAS>
 __device__ __forceinline__ void store_tile_units(const TileUnits& u) {
   const char* at = u.at;
   for (int j0 = 0; j0 < u.count; j0 += 4) {
     HeldUnits<XT> h;
     load_units<XT, FULL>(u, at, j0, h);
-    store_units<XT, FULL>(u, j0, h);
+    store_units<XT, FULL, BIAS>(u, j0, h);
     at += 4 * u.step_bytes;
   }
 }
 
 // A thread's units of item `item`'s tile, and the item's place: (sample, window, slice).
-template <int XT, int THREADS>
+template <int XT, int THREADS, bool BIAS>
 __device__ __forceinline__ TileUnits tile_units(const Params& p, i64 item, u32* tile, i64& sample, i64& window,
                                                 i64& slice) {
   using T = Tile<XT>;
@@ -1067,13 +1296,27 @@ __device__ __forceinline__ TileUnits tile_units(const Params& p, i64 item, u32* 
   u.row = tile + o * T::kChannelsPerVector * T::kRowWords;
   u.first_word = static_cast<u32>(u.first_pixel / kPixelsPerUnit);
   u.word_step = static_cast<u32>(THREADS >> shift);
+  if constexpr (BIAS) {
+    const i64 first = slice * slice_channels + o * T::kChannelsPerVector;  // the vector's first channel
+    u32 w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (XT == kFP32)
+        w[k] = bias_bits<XT>(p, first + k);
+      else
+        w[k] = bias_bits<XT>(p, first + 2 * k) | (bias_bits<XT>(p, first + 2 * k + 1) << 16);
+    }
+    u.bias = Raw16{w[0], w[1], w[2], w[3]};
+  }
   return u;
 }
 
-template <int XT>
+template <int XT, bool BIAS>
 __device__ __forceinline__ void store_tile(const TileUnits& u) {
-  if (u.pixels == kChunk && u.count % 4 == 0) store_tile_units<XT, true>(u);
-  else store_tile_units<XT, false>(u);
+  if (u.pixels == kChunk && u.count % 4 == 0)
+    store_tile_units<XT, true, BIAS>(u);
+  else
+    store_tile_units<XT, false, BIAS>(u);
 }
 
 // Channel c's chunk of the tile, in reduce_chunk's raw layout.
@@ -1115,7 +1358,7 @@ __device__ __forceinline__ void reduce_tile(const Params& p, const u32* tile, i6
 // The block's items item, item + gridDim, ... With at most 4 units a thread (the default 8-warp blocks), the next
 // item's loads are issued before this item is reduced, so that a block always has loads in flight; otherwise each
 // item is loaded, then reduced.
-template <int XT, int WARPS>
+template <int XT, int WARPS, bool BIAS>
 __device__ __forceinline__ void chunk_stats_tiles(const Params& p) {
   constexpr int kThreads = WARPS * 32;
   extern __shared__ Raw16 dynamic_shared[];
@@ -1123,19 +1366,19 @@ __device__ __forceinline__ void chunk_stats_tiles(const Params& p) {
   i64 item = blockIdx.x;
   if (item >= p.cl_stats_items) return;
   i64 sample, window, slice;
-  TileUnits u = tile_units<XT, kThreads>(p, item, tile, sample, window, slice);
+  TileUnits u = tile_units<XT, kThreads, BIAS>(p, item, tile, sample, window, slice);
   if (u.count <= 4) {
     // One batch a thread (count <= 4): its loads for the next item are in flight while this item is reduced.
     HeldUnits<XT> held;
     load_units<XT, false>(u, u.at, 0, held);
     for (;;) {
-      store_units<XT, false>(u, 0, held);
+      store_units<XT, false, BIAS>(u, 0, held);
       __syncthreads();
       const i64 next = item + gridDim.x;
       i64 next_sample = 0, next_window = 0, next_slice = 0;
       TileUnits following = u;
       if (next < p.cl_stats_items) {
-        following = tile_units<XT, kThreads>(p, next, tile, next_sample, next_window, next_slice);
+        following = tile_units<XT, kThreads, BIAS>(p, next, tile, next_sample, next_window, next_slice);
         load_units<XT, false>(following, following.at, 0, held);
       }
       reduce_tile<XT, WARPS>(p, tile, sample, window, slice, u.pixels);
@@ -1149,30 +1392,44 @@ __device__ __forceinline__ void chunk_stats_tiles(const Params& p) {
     }
   }
   for (;;) {
-    store_tile<XT>(u);
+    store_tile<XT, BIAS>(u);
     __syncthreads();
     reduce_tile<XT, WARPS>(p, tile, sample, window, slice, u.pixels);
     __syncthreads();  // the tile is rewritten for the next item
     item += gridDim.x;
     if (item >= p.cl_stats_items) return;
-    u = tile_units<XT, kThreads>(p, item, tile, sample, window, slice);
+    u = tile_units<XT, kThreads, BIAS>(p, item, tile, sample, window, slice);
   }
 }
 
-template <int XT, int WARPS, int STAGES, int LAYOUT>
+template <int XT, int WARPS, int STAGES, int LAYOUT, bool BIAS>
+__device__ __forceinline__ void chunk_stats_body(const Params& p) {
+  if constexpr (LAYOUT == kChannelsLast) {
+    // Gathering needs more registers than holding two chunks leaves (and is the rare case): one chunk at a time.
+    if (p.cl_stats_items > 0)
+      chunk_stats_tiles<XT, WARPS, BIAS>(p);
+    else
+      chunk_stats_warp<XT, WARPS, 1, kLoadGathered, BIAS>(p);
+  } else {
+    // With a bias, one chunk at a time: the bias's code beside two chunks' registers left a stack frame on sm_75
+    // and sm_80 (FP32 x, 16 warps).
+    constexpr int kStages = BIAS ? 1 : STAGES;
+    if (p.vectorized && p.full_chunks)
+      chunk_stats_warp<XT, WARPS, kStages, kLoadFull, BIAS>(p);
+    else
+      chunk_stats_warp<XT, WARPS, kStages, kLoadRun, BIAS>(p);
+  }
+}
+
+// BIAS: the instance for calls with an input bias (the host launches it where Params::input_bias is not null).
+template <int XT, int WARPS, int STAGES, int LAYOUT, int BIAS>
 __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(const Params p) {
   static_assert(WARPS >= 1 && WARPS <= 32, "WARPS");
   static_assert(STAGES == 1 || STAGES == 2, "STAGES");
   static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
+  static_assert(BIAS == 0 || BIAS == 1, "BIAS");
   allow_next_kernel();
-  if constexpr (LAYOUT == kChannelsLast) {
-    // Gathering needs more registers than holding two chunks leaves (and is the rare case): one chunk at a time.
-    if (p.cl_stats_items > 0) chunk_stats_tiles<XT, WARPS>(p);
-    else chunk_stats_warp<XT, WARPS, 1, kLoadGathered>(p);
-  } else {
-    if (p.vectorized && p.full_chunks) chunk_stats_warp<XT, WARPS, STAGES, kLoadFull>(p);
-    else chunk_stats_warp<XT, WARPS, STAGES, kLoadRun>(p);
-  }
+  chunk_stats_body<XT, WARPS, STAGES, LAYOUT, BIAS == 1>(p);
 }
 
 // One block of 256 threads per group (a grid-stride loop over the groups): the group's chunk records merged
@@ -1201,13 +1458,10 @@ __global__ void __launch_bounds__(kPartials) finalize(const Params p) {
   }
 }
 
-template <int XT, int YT, int WARPS, int EPL, int LAYOUT, int ACT>
-__global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Params p) {
-  static_assert(EPL == 8 || EPL == 16 || EPL == 32, "EPL");
-  static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
-  wait_for_previous_kernel();
+template <int XT, int YT, int WARPS, int EPL, int LAYOUT, int ACT, bool BIAS>
+__device__ __forceinline__ void apply_body(const Params& p) {
   if constexpr (LAYOUT == kChannelsLast) {
-    apply_channels_last<XT, YT, ACT, EPL>(p);
+    apply_channels_last<XT, YT, ACT, EPL, BIAS>(p);
   } else {
     const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
     for (i64 t = blockIdx.x; t < p.tiles_total; t += gridDim.x) {
@@ -1216,9 +1470,19 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Par
       const RowConstants rc = rows[row];
       const i64 begin = span * p.span_length;
       const i64 end = begin + p.span_length < p.s ? begin + p.span_length : p.s;
-      apply_row<XT, YT, ACT, WARPS * 32, EPL>(p, row * p.s + begin, row * p.s + end, rc, threadIdx.x);
+      apply_row<XT, YT, ACT, WARPS * 32, EPL, BIAS>(p, row * p.s + begin, row * p.s + end, rc, row, threadIdx.x);
     }
   }
+}
+
+// BIAS: as chunk_stats'.
+template <int XT, int YT, int WARPS, int EPL, int LAYOUT, int ACT, int BIAS>
+__global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Params p) {
+  static_assert(EPL == 8 || EPL == 16 || EPL == 32, "EPL");
+  static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
+  static_assert(BIAS == 0 || BIAS == 1, "BIAS");
+  wait_for_previous_kernel();
+  apply_body<XT, YT, WARPS, EPL, LAYOUT, ACT, BIAS == 1>(p);
 }
 
 // y with a border (Params::pad), after finalize. The padded output is cut into lines: the W' positions of one
@@ -1344,11 +1608,20 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
     float v[kVec];
     const RowConstants rc_first = rows[first_row < row_count ? first_row : 0];
     RowConstants rc_second = rc_first;
+    // The two rows' input biases (math::add_in), where there is one.
+    const bool has_bias = p.input_bias != nullptr;
+    const float b_first =
+        has_bias ? load_element<XT>(p.input_bias, (first_row < row_count ? first_row : 0) % p.c) : 0.0f;
+    float b_second = b_first;
     unsigned shown = 0, second = 0;  // bit k: element k shows x; element k is of the second row
     if (p.pad_vectors && at.shown && position + kVec <= out_width && w0 >= 0 && w0 + kVec <= width &&
         (window & ~(kXVector - 1)) + (XT == kFP32 ? 12 : 16) <= x_total) {
       // The common case: 8 elements of one line, all inside x's line.
       load_window<XT>(p.x, window, v);
+      if (has_bias) {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[k] = add_in<XT>(v[k], b_first);
+      }
       shown = 0xFFu;
     } else if (two_rows) {
       // Near a border, across lines or at the end of y: the elements one at a time (the arithmetic below is
@@ -1358,13 +1631,17 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
         if (position == out_width) {
           position = 0;
           next_line(p, at, lines);
-          if (at.row != first_row && second == 0 && at.row < row_count) rc_second = rows[at.row];
+          if (at.row != first_row && second == 0 && at.row < row_count) {
+            rc_second = rows[at.row];
+            if (has_bias) b_second = load_element<XT>(p.input_bias, at.row % p.c);
+          }
         }
         if (at.row != first_row) second |= 1u << k;
         i64 w = position - before;
         const bool shows = at.shown && start + k < total && (pad.mode == kPadReplicate || (w >= 0 && w < width));
         w = w < 0 ? 0 : (w >= width ? width - 1 : w);
         v[k] = shows ? load_element<XT>(p.x, at.x_line + w) : 0.0f;
+        if (has_bias) v[k] = add_in<XT>(v[k], at.row != first_row ? b_second : b_first);
         shown |= shows ? 1u << k : 0u;
         ++position;
       }
@@ -1379,8 +1656,10 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
         i64 w = position - before;
         const bool shows = at.shown && (pad.mode == kPadReplicate || (w >= 0 && w < width));
         w = w < 0 ? 0 : (w >= width ? width - 1 : w);
-        store_element<YT>(p.y, start + k,
-                          shows ? transform<ACT>(load_element<XT>(p.x, at.x_line + w), rows[at.row]) : pad.value);
+        store_element<YT>(
+            p.y, start + k,
+            shows ? transform<ACT>(biased<XT>(p, load_element<XT>(p.x, at.x_line + w), at.row % p.c), rows[at.row])
+                  : pad.value);
         ++position;
       }
       continue;
@@ -1403,8 +1682,9 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
 // Channels-last, 16-byte vectors: a lane's 8 channels of pixels at, at + pixels_per_step, ...
 template <int XT, int YT, int ACT>
 __device__ __forceinline__ void padded_pixels_vectorized(const Params& p, i64 x_line, i64 y_line, bool shown,
-                                                         const RowConstants (&rc)[kVec], int first_pixel,
-                                                         int pixels_per_step) {
+                                                         const RowConstants (&rc)[kVec], const RawVector<XT>& bias,
+                                                         int first_pixel, int pixels_per_step) {
+  const bool has_bias = p.input_bias != nullptr;
   const math::Padding& pad = p.pad;
   const i64 width = pad.dims[2], out_width = pad.out_dims[2], before = pad.before[2];
   // The constant border's bits, as store_element rounds it.
@@ -1429,7 +1709,7 @@ __device__ __forceinline__ void padded_pixels_vectorized(const Params& p, i64 x_
       if (pixel >= out_width) continue;
       if (shows[q]) {
         float v[kVec];
-        unpack<XT>(raw[q], v);
+        unpack<XT>(has_bias ? add_raw<XT>(raw[q], bias) : raw[q], v);
         transform_values<YT, ACT, false>(v, per_channel, [&](int e) { return v[e]; });
         store_vector<YT>(p.y, y_line + pixel * p.c, v);
       } else {
@@ -1471,11 +1751,15 @@ __device__ __forceinline__ void apply_padded_channels_last(const Params& p) {
       const i64 vector = slice * 32 + lane % lanes_per_pixel;
       if (vector >= vectors) continue;  // no shuffles below: idle lanes may leave
       RowConstants rc[kVec];
+      RawVector<XT> bias = broadcast_raw<XT>(0u);
       if (shown) {
 #pragma unroll
         for (int e = 0; e < kVec; ++e) rc[e] = rows[sample * p.c + vector * kVec + e];
+        if (p.input_bias != nullptr) {
+          bias = raw_from_bits<XT>([&](int e) { return bias_bits<XT>(p, vector * kVec + e); });
+        }
       }
-      padded_pixels_vectorized<XT, YT, ACT>(p, x_row + vector * kVec, y_row + vector * kVec, shown, rc,
+      padded_pixels_vectorized<XT, YT, ACT>(p, x_row + vector * kVec, y_row + vector * kVec, shown, rc, bias,
                                             lane / lanes_per_pixel, 32 / lanes_per_pixel);
       continue;
     }
@@ -1494,7 +1778,7 @@ __device__ __forceinline__ void apply_padded_channels_last(const Params& p) {
           i64 w = at + q - before;
           shows[q] = shown && at + q < out_width && (pad.mode == kPadReplicate || (w >= 0 && w < width));
           w = w < 0 ? 0 : (w >= width ? width - 1 : w);
-          v[q] = shows[q] ? load_element<XT>(p.x, x_row + w * p.c + channel) : 0.0f;
+          v[q] = shows[q] ? biased<XT>(p, load_element<XT>(p.x, x_row + w * p.c + channel), channel) : 0.0f;
         }
 #pragma unroll
         for (int q = 0; q < kPixels; ++q) {
@@ -1511,8 +1795,10 @@ template <int XT, int YT, int LAYOUT, int ACT>
 __global__ void __launch_bounds__(256, 2) apply_padded(const Params p) {
   static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
   wait_for_previous_kernel();
-  if constexpr (LAYOUT == kChannelsFirst) apply_padded_channels_first<XT, YT, ACT>(p);
-  else apply_padded_channels_last<XT, YT, ACT>(p);
+  if constexpr (LAYOUT == kChannelsFirst)
+    apply_padded_channels_first<XT, YT, ACT>(p);
+  else
+    apply_padded_channels_last<XT, YT, ACT>(p);
 }
 
 // ---- fused path ------------------------------------------------------------------------------------------
@@ -1583,22 +1869,27 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksFused<WARPS>) fused(cons
   for (i64 group = blockIdx.x; group < p.groups_total; group += gridDim.x) {
     for (int j = warp; j < chunks; j += WARPS) {
       ChunkData<XT> c;
-      if constexpr (LAYOUT == kChannelsLast) load_gathered_chunk<XT>(p, group * chunks + j, lane, c);
-      else load_chunk<XT>(p, group * chunks + j, lane, c);
+      if constexpr (LAYOUT == kChannelsLast)
+        load_gathered_chunk<XT, false>(p, group * chunks + j, lane, c);
+      else
+        load_chunk<XT, false>(p, group * chunks + j, lane, c);
       const exact::ChunkRecord r = reduce_chunk<XT>(c, lane);
       if (lane == 0) records[j] = r;
     }
     __syncthreads();
-    const GroupStats stats =
-        merged_group_stats<XT, LAYOUT, kThreads>(p, group, chunks, [&](i64 j) { return records[j]; }, merge);
+    const GroupStats stats = merged_group_stats<XT, LAYOUT, kThreads>(
+        p, group, chunks, [&](i64 j) { return records[j]; }, merge);
     const i64 sample = group / p.g;
     const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
     for (int k = threadIdx.x; k < channels; k += kThreads) rows[k] = channel_constants(p, stats, first_channel + k);
     __syncthreads();
     if constexpr (LAYOUT == kChannelsLast) {
-      if (p.cl_fused_width == 8) fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 8>(p, rows, sample, first_channel);
-      else if (p.cl_fused_width == 4) fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 4>(p, rows, sample, first_channel);
-      else fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 1>(p, rows, sample, first_channel);
+      if (p.cl_fused_width == 8)
+        fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 8>(p, rows, sample, first_channel);
+      else if (p.cl_fused_width == 4)
+        fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 4>(p, rows, sample, first_channel);
+      else
+        fused_apply_channels_last<XT, YT, ACT, kThreads, EPL, 1>(p, rows, sample, first_channel);
     } else {
       const i64 base = group * p.group_length;
       if (p.vectorized) {

@@ -197,6 +197,21 @@ inline std::vector<ld> exact_reference(const HostTensor& x, int64_t n, int64_t c
   return out;
 }
 
+// x + b[channel] for an input bias b (x's dtype), each sum rounded to x's dtype by round_to_format (the exact sum
+// rounded once; independent of the library's math::add_in). Layout as x's (channels_last: (N, S, C)).
+inline HostTensor plus_bias(const HostTensor& x, const HostTensor& b, int64_t n, int64_t c, int64_t s,
+                            bool channels_last) {
+  HostTensor out(x.dtype, x.size());
+  const Format f = format_of(x.dtype);
+  for (int64_t i = 0; i < n * c * s; ++i) {
+    const int64_t channel = channels_last ? i % c : (i / s) % c;
+    const ld sum =
+        static_cast<ld>(x.get(static_cast<std::size_t>(i))) + static_cast<ld>(b.get(static_cast<std::size_t>(channel)));
+    out.set(static_cast<std::size_t>(i), static_cast<float>(round_to_format(sum, f)));
+  }
+  return out;
+}
+
 // The same logical (n, c, s) tensor in the other layout: channel-major to channels-last (to_last) or back.
 inline HostTensor relayout(const HostTensor& t, int64_t n, int64_t c, int64_t s, bool to_last) {
   HostTensor out(t.dtype, t.size());

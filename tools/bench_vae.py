@@ -244,7 +244,7 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
     model = copy.deepcopy(vae_run)
     swapped = None
     if "+gnsilu" in mode:
-        swapped = gt.swap_group_norm_silu(model, return_counts=True)
+        swapped = gt.swap_group_norm_silu(model, return_counts=True, move_bias=args.move_bias)
     if "+tiled" in mode:
         model.enable_tiling()  # diffusers' own tiling: each tile normalizes with its own statistics
     model = model_in_layout(torch, model, layout)
@@ -304,7 +304,7 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
             "relative_l2": error, "out": out.float(), "compile_s": compile_s, "kernels_ms": kernels,
             "elementwise_top_ms": elementwise,
             "swapped": None if swapped is None else {"pairs": swapped.pairs, "plain": swapped.plain,
-                                                     "padded": swapped.padded},
+                                                     "padded": swapped.padded, "biases_moved": swapped.biases_moved},
             "output_shape": list(out.shape), "memory": memory}
 
 
@@ -323,6 +323,8 @@ def main():
                         help="modes with +slabs: the largest slab output of a convolution or upsampler")
     parser.add_argument("--compile-mode", default=None, help="torch.compile's mode (default: its default)")
     parser.add_argument("--no-profile", dest="profile", action="store_false")
+    parser.add_argument("--no-move-bias", dest="move_bias", action="store_false",
+                        help="+gnsilu rows: swap with move_bias=False (each convolution adds its own bias)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--json", help="write the rows there too")
     parser.add_argument("--memory-breakdown", action="store_true",
@@ -383,7 +385,8 @@ def main():
                 compiled = "" if row["compile_s"] is None else f"  first call {row['compile_s']:.1f} s"
                 swapped = "" if row["swapped"] is None else f"  swapped {row['swapped']['pairs']}+" \
                                                            f"{row['swapped']['plain']} " \
-                                                           f"({row['swapped']['padded']} padded)"
+                                                           f"({row['swapped']['padded']} padded, " \
+                                                           f"{row['swapped']['biases_moved']} conv biases moved)"
                 memory = "" if row["memory"] is None else \
                     "  memory: held at a GroupNorm {held_at_norm_gib:.2f} GiB ({held_at}), mid block {mid_block_peak_gib:.2f}, " \
                     "between GroupNorms {between_norms_peak_gib:.2f} ({between})".format(**row["memory"])

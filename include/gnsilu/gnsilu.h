@@ -124,6 +124,11 @@ typedef struct gnsilu_problem {
   int pad_count;                /* 0, 2, 4 or 6 */
   gnsilu_pad_mode pad_mode;     /* GNSILU_PAD_CONSTANT (0) or GNSILU_PAD_REPLICATE */
   double pad_value;             /* the constant border (0), rounded to FP32, then to y_dtype */
+  /* Since 0.3: an input bias (a convolution's bias handed over, so that it needs no pass of its own). C values of
+   * x_dtype, or NULL (the default): the tensor normalized is x + input_bias[c], each sum rounded to x_dtype (what
+   * PyTorch's x + b.view(C, 1, ...) gives in x's dtype), in the statistics and in the output alike; regions
+   * (gnsilu_group_stats) read it too. It may not overlap y. A call with it takes the split path. */
+  const void* input_bias;
 } gnsilu_problem;
 
 /* The defaults of a problem (gnsilu_problem_init here, gnsilu::Problem in gnsilu.hpp): the group count and eps of
@@ -164,9 +169,9 @@ GNSILU_API gnsilu_status gnsilu_group_norm(const gnsilu_problem* problem, void* 
  * an all-reduce SUM of int64 merges the records of several processes). For every partition of a tensor into regions,
  * gnsilu_group_norm_apply(x, sum of gnsilu_group_stats(region)) equals gnsilu_group_norm(x) bit for bit.
  *
- * gnsilu_group_stats: reads region->x (shape, num_groups, x_dtype, x_layout; the rest is not read) and writes
- * shape[0] * num_groups records to `stats` (device memory, sample-major). gnsilu_group_norm_apply: y from x with the
- * given statistics (N * num_groups records) in place of x's own. */
+ * gnsilu_group_stats: reads region->x (shape, num_groups, x_dtype, x_layout, input_bias; the rest is not read) and
+ * writes shape[0] * num_groups records to `stats` (device memory, sample-major). gnsilu_group_norm_apply: y from x with
+ * the given statistics (N * num_groups records) in place of x's own. */
 #define GNSILU_STATS_WORDS 32
 GNSILU_API gnsilu_status gnsilu_group_stats(const gnsilu_problem* region, int64_t* stats, void* workspace,
                                             size_t workspace_bytes, gnsilu_stream stream);

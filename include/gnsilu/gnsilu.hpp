@@ -110,6 +110,11 @@ struct Problem {
   std::span<const int64_t> pad;
   PadMode pad_mode = PadMode::Constant;
   double pad_value = 0.0;  // the constant border, rounded to FP32 and then to y's dtype
+  // An input bias (a convolution's bias handed over, so that it needs no pass of its own): C values of x's dtype, or
+  // null. The tensor normalized is x + input_bias[c], each sum rounded to x's dtype (PyTorch's x + b.view(C, 1, ...)
+  // in x's dtype), in the statistics and in the output alike; group_stats reads it too. It may not overlap y. The
+  // split path only (Path::Fused is refused).
+  const void* input_bias = nullptr;
 };
 
 // Caller-provided device memory for the statistics (at least workspace_size() bytes); empty: internal.
@@ -161,7 +166,8 @@ inline void group_norm(const Problem& problem, gnsilu_stream stream = nullptr, W
 // equals group_norm_silu(x) bit for bit. Records as group_stats writes them may be added 2^31 times.
 inline constexpr int kStatsWords = GNSILU_STATS_WORDS;
 
-// Writes the statistics of region.x (its shape, num_groups, dtype and layout; nothing else of `region` is read) to
+// Writes the statistics of region.x (its shape, num_groups, dtype, layout and input_bias; nothing else of `region` is
+// read) to
 // `stats`: shape[0] * num_groups records of kStatsWords int64 in device memory, sample-major. The region is a
 // tensor of its own (a tile of a larger one must be made contiguous first); C and the groups are the whole
 // tensor's. The default launch configuration (no tuning).

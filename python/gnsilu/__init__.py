@@ -3,6 +3,7 @@
     import gnsilu
     y = gnsilu.group_norm_silu(x, 32, weight, bias, eps=1e-6)   # x: a CUDA tensor, bfloat16/float16/float32
     y = gnsilu.group_norm(x, 32, weight, bias, activation=None)  # group_norm alone
+    y = gnsilu.group_norm_silu(h, 32, weight, bias, input_bias=b)  # of h + b[c] (a conv's bias), in the same pass
     # x contiguous (channels-first) or channels-last (torch.channels_last, ...): y comes back in x's layout
 
 For PyTorch models, gnsilu.torch has GroupNormSiLU (nn.GroupNorm followed by SiLU, as one module), GroupNorm (a

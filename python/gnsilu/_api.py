@@ -15,12 +15,12 @@ from ._errors import invalid_argument
 from ._interface_adapter import _interface_group_norm
 # torch_fast_call: gnsilu.torch calls it as _api.torch_fast_call (the GPU tests count its calls there). The fast path's
 # table and limit (_fast_calls, _FAST_LIMIT) live in _torch_adapter alone.
-from ._torch_adapter import (_as_torch, _torch_code, _torch_group_norm, _torch_operands,  # noqa: F401
-                             _torch_parameter, _torch_region, torch_fast_call)
+from ._torch_adapter import (_as_torch, _torch_code, _torch_group_norm, _torch_input_bias,  # noqa: F401
+                             _torch_operands, _torch_parameter, _torch_region, torch_fast_call)
 
 # ---- the public functions ---------------------------------------------------------------------------------------
 def group_norm(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None, out=None,
-               stream=None, *, pad=None, pad_mode="constant", pad_value=0.0):
+               stream=None, *, pad=None, pad_mode="constant", pad_value=0.0, input_bias=None):
     """y = silu(group_norm(x, num_groups, weight, bias, eps)), or group_norm(...) alone with activation=None, on
     the GPU; returns y.
 
@@ -52,6 +52,11 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu
     same call (the border in the same launch as the interior, bit for bit what F.pad of the unpadded y holds):
     pad lists 2, 4 or 6 widths >= 0, last dimension first, as F.pad; pad_mode "constant" (pad_value, rounded to y's
     dtype) or "replicate". y (or out) then has the padded shape, in x's layout.
+    input_bias (torch tensors only): C values of x's dtype on x's device, or None (the default). The tensor
+    normalized is then x + input_bias[c], each sum rounded to x's dtype: y is group_norm(x + input_bias.view(1, C,
+    1, ...)) as PyTorch adds them in x's dtype, bit for bit what gnsilu gives on that sum, in the statistics and the
+    output alike, without a pass of its own (a convolution's bias handed over: conv(x, w, None) then input_bias=b).
+    Like weight and bias, it is made contiguous first where it is not; it requires no grad in grad mode.
 
     Arguments are checked in Python before anything else (InvalidArgumentError names the argument); zero-element
     tensors return at once. The library is loaded on the first call (LibraryNotFoundError if it cannot be).
@@ -63,18 +68,22 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu
             raise invalid_argument("stream", "must be None for torch tensors: the call runs on torch's current "
                                              "stream of x's device; use `with torch.cuda.stream(s):`")
         return _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation_code, out_dtype, out, pad,
-                                 pad_mode, pad_value)
+                                 pad_mode, pad_value, input_bias)
     if pad is not None:
         raise invalid_argument("pad", "is supported for torch tensors (a padded output of other arrays: not yet)")
     if hasattr(x, "__cuda_array_interface__"):
+        if input_bias is not None:
+            raise invalid_argument("input_bias", "is supported for torch tensors (with other arrays: not yet)")
         return _interface_group_norm(x, num_groups, weight, bias, eps, activation_code, out_dtype, out, stream)
     if hasattr(x, "__dlpack__"):
         torch = _optional_module("torch")
         if torch is not None:
             return group_norm(_as_torch(torch, x, "x"), num_groups, weight, bias, eps, activation, out_dtype, out,
-                              stream)
+                              stream, input_bias=input_bias)
         cupy = _optional_module("cupy")
         if cupy is not None:
+            if input_bias is not None:
+                raise invalid_argument("input_bias", "is supported for torch tensors (with other arrays: not yet)")
             return _interface_group_norm(cupy.from_dlpack(x), num_groups, weight, bias, eps, activation_code,
                                          out_dtype, out, stream)
         raise invalid_argument("x", "is a DLPack object, but neither PyTorch nor CuPy is installed to read it")
@@ -86,9 +95,11 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu
 STATS_WORDS = 32  # int64 words of one (sample, group) record: GNSILU_STATS_WORDS
 
 
-def group_stats(x, num_groups):
+def group_stats(x, num_groups, *, input_bias=None):
     """The exact statistics of x's groups, as a torch.int64 tensor of shape (N, num_groups, STATS_WORDS) on x's
-    device: per (sample, group), the exact sum and sum of squares of its elements (docs/EXACT_STATISTICS.md).
+    device: per (sample, group), the exact sum and sum of squares of its elements (docs/EXACT_STATISTICS.md); with
+    input_bias (C values of x's dtype, as group_norm takes it), those of x + input_bias[c], each sum rounded to x's
+    dtype (pass the same input_bias to every region and to group_norm_apply).
 
     x is any region of a larger tensor (a tile, a frame, a rank's part), with the whole tensor's N, C and groups:
     stats of the regions of any partition, added together (merge_stats, or `a + b`, or torch.distributed.all_reduce
@@ -102,11 +113,12 @@ def group_stats(x, num_groups):
     x, layout = _torch_region(torch, x, "x")
     shape = _shape(x.shape, "x")
     groups = _groups(num_groups, shape[1])
+    input_bias, input_bias_arg = _torch_input_bias(torch, input_bias, x, shape[1])  # held until the call returns
     stats = torch.zeros((shape[0], groups, STATS_WORDS), dtype=torch.int64, device=x.device)
     if stats.numel() == 0:
         return stats
     problem = _problem(x.data_ptr() if x.numel() else None, x_code, None, x_code, layout, shape, groups,
-                       (None, NONE), (None, NONE), 1e-6, 0)
+                       (None, NONE), (None, NONE), 1e-6, 0, input_bias=input_bias_arg)
     if not x.is_cuda:
         _lib.call("gnsilu_reference_group_stats", ctypes.byref(problem), stats.data_ptr(), 0)
         return stats
@@ -139,11 +151,13 @@ def all_reduce_stats(stats, group=None):
     return stats
 
 
-def group_norm_apply(x, stats, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None, out=None):
+def group_norm_apply(x, stats, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None, out=None, *,
+                     input_bias=None):
     """y = silu(group_norm(x)) (or group_norm(x) with activation=None) with the given statistics (group_stats
     records, usually merged over the regions of a larger tensor) instead of x's own; returns y, in x's layout.
-    Arguments as group_norm for torch tensors; stats: a torch.int64 tensor (N, num_groups, STATS_WORDS) on x's
-    device. CPU tensors go to the library's CPU reference (the same bits)."""
+    Arguments as group_norm for torch tensors (input_bias: the one the statistics were taken with, added to x
+    here too); stats: a torch.int64 tensor (N, num_groups, STATS_WORDS) on x's device. CPU tensors go to the
+    library's CPU reference (the same bits)."""
     torch = _optional_module("torch")
     activation_code = _activation_code(activation)
     if torch is None or not isinstance(stats, torch.Tensor):
@@ -163,6 +177,7 @@ def group_norm_apply(x, stats, weight=None, bias=None, eps=1e-6, activation="sil
     eps = _eps(eps)
     weight_tensor, weight_arg = _torch_parameter(torch, weight, "weight", x, shape[1])  # held until the call returns
     bias_tensor, bias_arg = _torch_parameter(torch, bias, "bias", x, shape[1])
+    input_bias_tensor, input_bias_arg = _torch_input_bias(torch, input_bias, x, shape[1])
     y_code = x_code if out_dtype is None else _dtype_code(out_dtype, "out_dtype")
     dtypes = {BF16: torch.bfloat16, FP16: torch.float16, FP32: torch.float32}
     x, y, layout = _torch_operands(torch, x, None if out is None else _as_torch(torch, out, "out"), dtypes[y_code])
@@ -173,26 +188,27 @@ def group_norm_apply(x, stats, weight=None, bias=None, eps=1e-6, activation="sil
     if x.numel() == 0:
         return y
     problem = _problem(x.data_ptr(), x_code, y.data_ptr(), y_code, layout, shape, groups, weight_arg, bias_arg, eps,
-                       activation_code)
+                       activation_code, input_bias=input_bias_arg)
     if not x.is_cuda:
         _lib.call("gnsilu_reference_group_norm_apply", ctypes.byref(problem), stats.data_ptr(), 0)
-        del weight_tensor, bias_tensor
+        del weight_tensor, bias_tensor, input_bias_tensor
         return y
     with torch.cuda.device(x.device):
         _lib.call("gnsilu_group_norm_apply", ctypes.byref(problem), stats.data_ptr(), None, 0,
                   torch.cuda.current_stream(x.device).cuda_stream)
-    del weight_tensor, bias_tensor
+    del weight_tensor, bias_tensor, input_bias_tensor
     return y
 
 
-def group_norm_silu(x, num_groups, weight=None, bias=None, eps=1e-6, out_dtype=None, out=None, stream=None):
+def group_norm_silu(x, num_groups, weight=None, bias=None, eps=1e-6, out_dtype=None, out=None, stream=None, *,
+                    input_bias=None):
     """y = silu(group_norm(x, num_groups, weight, bias, eps)) on the GPU, in one pass; returns y.
 
-    group_norm(x, num_groups, weight, bias, eps, activation="silu", out_dtype=out_dtype, out=out, stream=stream):
-    the arrays it takes (channels-first or channels-last), the copies it makes and the layout of y are described
-    there.
+    group_norm(x, num_groups, weight, bias, eps, activation="silu", out_dtype=out_dtype, out=out, stream=stream,
+    input_bias=input_bias): the arrays it takes (channels-first or channels-last), the copies it makes, the layout
+    of y and the input bias are described there.
     """
-    return group_norm(x, num_groups, weight, bias, eps, "silu", out_dtype, out, stream)
+    return group_norm(x, num_groups, weight, bias, eps, "silu", out_dtype, out, stream, input_bias=input_bias)
 
 
 def workspace_size(shape, num_groups):

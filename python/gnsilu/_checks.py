@@ -201,16 +201,17 @@ def _optional_module(name):
 
 
 def _problem(x_ptr, x_code, y_ptr, y_code, layout, shape, groups, weight, bias, eps, activation, pad=None,
-             pad_mode=PAD_CONSTANT, pad_value=0.0):
+             pad_mode=PAD_CONSTANT, pad_value=0.0, input_bias=None):
     """The gnsilu_problem of a call (weight and bias are (pointer or None, gnsilu_dtype); x and y both lie in
-    `layout`, a name from layout_of; pad: checked widths (_pad) or None). It holds the ctypes arrays it points to."""
+    `layout`, a name from layout_of; pad: checked widths (_pad) or None; input_bias: a pointer to C values of x's
+    dtype, or None). It holds the ctypes arrays it points to."""
     code = _LAYOUT_CODES[layout]
     padding = {} if not pad else dict(pad=_lib.int64_array(pad), pad_count=len(pad), pad_mode=pad_mode,
                                       pad_value=float(pad_value))
     return _lib.problem(x=x_ptr, x_dtype=x_code, x_layout=code, y=y_ptr, y_dtype=y_code, y_layout=code,
                         shape=_lib.int64_array(shape), ndim=len(shape), num_groups=groups, weight=weight[0],
                         weight_dtype=weight[1], bias=bias[0], bias_dtype=bias[1], eps=eps, activation=activation,
-                        **padding)
+                        input_bias=input_bias, **padding)
 
 
 def _run(x_ptr, x_code, y_ptr, y_code, layout, shape, groups, weight, bias, eps, activation, stream):

@@ -35,6 +35,13 @@ attribute, or lambdas in the class body.
 Limits (stated in python/README.md): the configuration attributes read to decide an `if` must not change after
 the swap, and nor may the module global that names F.silu; code outside the block's classes that calls block.norm
 directly is not seen.
+
+proven_bias_moves proves, with the same reading of the code, that a convolution attribute's output goes to one norm
+attribute and nowhere else: its every use is `v = self.conv(e)` in forward, followed, while some of forward's
+parameters are None at run time, by `v = self.norm(v)` (only `if` statements that those parameters decide, or
+that the configuration decides, lie between; forward never rebinds the parameters; no method replaces the norm).
+The swap then lets the norm add the convolution's bias (gnsilu's input_bias) in the calls where the parameters are
+None, which a forward pre-hook of the block reads from the call's arguments.
 """
 import ast
 import functools
@@ -579,3 +586,152 @@ def padded_convolution(cls, pad_functions):
     conv = _single_call(returned, self_name, {returned.func.attr} if isinstance(returned.func, ast.Attribute)
                         else set())
     return (pad, mode, conv) if conv is not None else None
+
+
+# ---- a convolution's bias handed to the GroupNorm after it ---------------------------------------------------------
+def _none_test(test, parameters):
+    """(p, value of the test whenever p is None) when test is `p is not None` or `p is not None and ...` (False,
+    without evaluating the rest), or `p is None` or `p is None or ...` (True, likewise), with p one of `parameters`;
+    else None."""
+    first = test.values[0] if isinstance(test, ast.BoolOp) else test
+    if (isinstance(first, ast.Compare) and len(first.ops) == 1 and isinstance(first.ops[0], (ast.Is, ast.IsNot))
+            and isinstance(first.left, ast.Name) and first.left.id in parameters
+            and isinstance(first.comparators[0], ast.Constant) and first.comparators[0].value is None):
+        value = isinstance(first.ops[0], ast.Is)
+        if first is test or isinstance(test.op, ast.Or) == value:  # `and` after False, `or` after True: decided
+            return first.left.id, value
+    return None
+
+
+def _rebinds(node, names):
+    """Whether node binds or deletes one of `names` (an assignment, loop or with target, walrus, del, import,
+    except ... as, a match capture, or a global/nonlocal declaration of it)."""
+    if isinstance(node, ast.Name):
+        return node.id in names and not isinstance(node.ctx, ast.Load)
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return bool(names & set(node.names))
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return any((a.asname or a.name).split(".")[0] in names for a in node.names)
+    if isinstance(node, ast.ExceptHandler):
+        return node.name in names
+    if type(node).__name__ in ("MatchAs", "MatchStar", "MatchMapping"):
+        return any(getattr(node, field, None) in names for field in ("name", "rest"))
+    return False
+
+
+def _bias_uses(function, self_name, convs, norms, tests):
+    """({id(conv Call): (norm, parameters)}, ids of dead nodes) for forward: each `v = self.<conv>(e)` whose next
+    statement (following the control flow as _forward_pairs does, decided `if`s pruned) is, while every one of
+    `parameters` is None, `v = self.<norm>(v)`. Between them only `if` statements whose test that decides
+    (_none_test: `if p is not None:`, `if p is None:`, with p a parameter of forward that forward's live code never
+    rebinds): the flow goes on into the branch taken when p is None, or past the `if` where that branch is empty
+    (diffusers' `if temb is not None: hidden_states = hidden_states + temb`; KVAE's `if zq is None: h =
+    self.norm2(h) else: ...`)."""
+    arguments = function.args
+    parameters = {a.arg for a in arguments.posonlyargs + arguments.args[1:] + arguments.kwonlyargs}
+    candidates, dead = {}, set()
+
+    def live(statements):
+        result = []
+        for statement in statements:
+            taken = tests.decide(statement.test) if isinstance(statement, ast.If) else None
+            if taken is None:
+                result.append(statement)
+                continue
+            kept, dropped = (statement.body, statement.orelse) if taken else (statement.orelse, statement.body)
+            dead.update(id(n) for s in dropped for n in ast.walk(s))
+            result.extend(live(kept))
+        return result
+
+    def follow(tail, variable, guards):
+        for k, statement in enumerate(tail):
+            if statement is None:  # where the flow goes next is not known (a loop or try body ends)
+                return None
+            decided = _none_test(statement.test, parameters) if isinstance(statement, ast.If) else None
+            if decided is not None:
+                parameter, value = decided
+                taken = live(statement.body if value else statement.orelse)
+                return follow(taken + tail[k + 1:], variable, guards | {parameter})
+            if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                    and isinstance(statement.targets[0], ast.Name) and statement.targets[0].id == variable):
+                norm = _single_call(statement.value, self_name, norms)
+                argument = statement.value.args[0] if norm else None
+                if isinstance(argument, ast.Name) and argument.id == variable:
+                    return norm, tuple(sorted(guards))
+            return None
+        return None
+
+    def walk(statements, rest):
+        statements = live(statements)
+        for i, statement in enumerate(statements):
+            tail = statements[i + 1:] + rest
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+                    and isinstance(statement.targets[0], ast.Name) and _single_call(statement.value, self_name, convs):
+                found = follow(tail, statement.targets[0].id, frozenset())
+                if found is not None:
+                    candidates[id(statement.value)] = found
+            if isinstance(statement, ast.If):
+                walk(statement.body, tail)
+                walk(statement.orelse, tail)
+            else:
+                for body in _statement_bodies(statement):
+                    walk(body, [None])  # loop bodies go back to their header, try bodies to handlers: unknown
+
+    walk(function.body, [])
+    rebound = set()
+    for node in ast.walk(function):
+        if id(node) not in dead:
+            rebound.update(p for p in parameters if _rebinds(node, {p}))
+    proven = {call: found for call, found in candidates.items() if not rebound & set(found[1])}
+    return proven, dead
+
+
+def proven_bias_moves(cls, base, convs, norms, lookup):
+    """{conv: (norm, parameters)} for the attributes in `convs` (a block's plain convolutions with a bias) whose
+    every use in cls's code (up to `base`, as proven_chains reads it) is `v = self.<conv>(e)` in forward followed,
+    while each of `parameters` (names of forward's parameters) is None at run time, by `v = self.<norm>(v)`
+    (_bias_uses), with one norm for all of a conv's uses, a norm in `norms` that no method but __init__ assigns or
+    deletes. The convolution's output then goes to that norm and nowhere else, so the norm may add the conv's bias
+    itself (gnsilu's input_bias) when the conv leaves it out. Harmless uses of the conv otherwise are reads of
+    `self.conv.weight`, `.bias` and the like and calls with other than one argument (a TypeError either way); code
+    that __init__ leaves behind is examined as for the pairs. lookup decides `if` tests as for proven_chains."""
+    mro = cls.__mro__
+    if base not in mro or not convs or not norms:
+        return {}
+    classes = mro[:mro.index(base)]
+    owner = next((k for k in classes if "forward" in vars(k)), None)
+    if owner is None:
+        return {}
+    forward = vars(owner)["forward"]
+    if not isinstance(forward, types.FunctionType):
+        return {}
+    convs, norms = set(convs), set(norms)
+    found, unproven, replaced = {}, set(), set()
+    try:
+        for k in classes:
+            for function, line in _methods(k):
+                self_name = _self_name(function)
+                if self_name is None:
+                    continue
+                if function.name == "__init__":
+                    _scan_left_behind(function, self_name, convs, set(), found, unproven)
+                    continue
+                for node in ast.walk(function):  # a method replacing a norm: the conv would hand to the old one
+                    name = _self_attribute(node, self_name, norms)
+                    if name is not None and not isinstance(node.ctx, ast.Load):
+                        replaced.add(name)
+                proven, dead = {}, set()
+                if k is owner and function.name == "forward" and line == forward.__code__.co_firstlineno:
+                    proven, dead = _bias_uses(function, self_name, convs, norms, _Tests(self_name, lookup))
+                _scan(function, self_name, convs, set(), proven, dead, found, unproven)
+    except _Refuse:
+        return {}
+    moves = {}
+    for conv in sorted(found):
+        targets = found[conv]
+        if conv in unproven or len({norm for norm, _ in targets}) != 1:
+            continue
+        norm = next(iter(targets))[0]
+        if norm not in replaced:
+            moves[conv] = (norm, tuple(sorted({p for _, parameters in targets for p in parameters})))
+    return moves

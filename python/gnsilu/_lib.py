@@ -50,6 +50,7 @@ class Problem(ctypes.Structure):
         ("pad_count", ctypes.c_int),
         ("pad_mode", ctypes.c_int),
         ("pad_value", ctypes.c_double),
+        ("input_bias", ctypes.c_void_p),  # since 0.3: C values of x_dtype added to x before the statistics, or NULL
     ]
 
 

@@ -1,6 +1,7 @@
 """GroupNorm of torch tensors whose strides are in neither of gnsilu's layouts but whose memory is one dense block in
 another order that video decoders make, computed without copying x: the statistics of pieces of each group, merged
-exactly (records add: docs/EXACT_STATISTICS.md), then applied. The bits are group_norm's of x.contiguous().
+exactly (records add: docs/EXACT_STATISTICS.md), then applied. The bits are group_norm's of x.contiguous() (with an
+input_bias, of x.contiguous() and that input_bias).
 
 Two orders are taken (`plan`):
   - "frames first": a (N, C, T, *spatial) tensor whose memory is (N, T, C, *spatial), x.transpose(1, 2) contiguous
@@ -17,7 +18,7 @@ The output has x's strides (torch.empty_like(x)), as the op's fake implementatio
 from . import _api
 from ._checks import _groups
 from ._errors import invalid_argument
-from ._torch_adapter import refuse_grad
+from ._torch_adapter import _torch_input_bias, refuse_grad
 
 FRAMES_FIRST = "frames first"
 CHANNELS_FIRST = "channels first"
@@ -42,15 +43,19 @@ def plan(x):
     return None
 
 
-def group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype=None, out=None, order=None):
-    """group_norm(x.contiguous(), ...)'s values (and bits) in a tensor with x's strides (or in `out`, which must have
-    them), for an x that plan() takes. activation: "silu" or None. order: plan(x), when the caller has it already."""
+def group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype=None, out=None, order=None,
+               input_bias=None):
+    """group_norm(x.contiguous(), ..., input_bias=input_bias)'s values (and bits) in a tensor with x's strides (or in
+    `out`, which must have them), for an x that plan() takes. activation: "silu" or None. order: plan(x), when the
+    caller has it already."""
     order = order or plan(x)
     if order is None:
         raise ValueError("gnsilu._strided.group_norm: x is in neither order this path takes")
     channels = x.shape[1]
     num_groups = _groups(num_groups, channels)  # the dense path's check
-    refuse_grad(torch, (("x", x), ("weight", weight), ("bias", bias), ("out", out)))  # the dense path's refusal
+    input_bias, _ = _torch_input_bias(torch, input_bias, x, channels)  # the dense path's check (and contiguous copy)
+    refuse_grad(torch, (("x", x), ("weight", weight), ("bias", bias), ("input_bias", input_bias),
+                        ("out", out)))  # the dense path's refusal
     if out is not None and (tuple(out.shape) != tuple(x.shape) or out.stride() != x.stride()):
         raise invalid_argument("out", f"must have x's shape and strides {tuple(x.shape)} {x.stride()}, got "
                                       f"{tuple(out.shape)} {out.stride()}")
@@ -59,20 +64,21 @@ def group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype=No
         n, t = x.shape[0], x.shape[2]
         z = x.transpose(1, 2).reshape(n * t, channels, *x.shape[3:])  # a view: x.transpose(1, 2) is contiguous
         y_z = y.transpose(1, 2).view(n * t, channels, *x.shape[3:])
-        stats = _api.group_stats(z, num_groups).view(n, t, num_groups, _api.STATS_WORDS)
+        stats = _api.group_stats(z, num_groups, input_bias=input_bias).view(n, t, num_groups, _api.STATS_WORDS)
         merged = stats.sum(1, keepdim=True).expand(n, t, num_groups, _api.STATS_WORDS)
         _api.group_norm_apply(z, merged.reshape(n * t, num_groups, _api.STATS_WORDS), weight, bias, eps, activation,
-                              out=y_z)
+                              out=y_z, input_bias=input_bias)
         return y
     m = x.shape[0]
     planes = channels * m
     z = x.transpose(0, 1).reshape(1, planes, *x.shape[2:])  # a view: x.transpose(0, 1) is contiguous
     y_z = y.transpose(0, 1).view(1, planes, *x.shape[2:])
     per_group = channels // num_groups
-    stats = _api.group_stats(z, planes).view(num_groups, per_group, m, _api.STATS_WORDS)
+    plane_input_bias = None if input_bias is None else input_bias.repeat_interleave(m)  # plane c*m + i: channel c
+    stats = _api.group_stats(z, planes, input_bias=plane_input_bias).view(num_groups, per_group, m, _api.STATS_WORDS)
     merged = stats.sum(1, keepdim=True).expand(num_groups, per_group, m, _api.STATS_WORDS)
     plane_weight = None if weight is None else weight.repeat_interleave(m)
     plane_bias = None if bias is None else bias.repeat_interleave(m)
     _api.group_norm_apply(z, merged.reshape(1, planes, _api.STATS_WORDS), plane_weight, plane_bias, eps, activation,
-                          out=y_z)
+                          out=y_z, input_bias=plane_input_bias)
     return y

@@ -44,6 +44,24 @@ def _torch_parameter(torch, value, name, x, channels):
     return tensor, (tensor.data_ptr(), code)
 
 
+def _torch_input_bias(torch, value, x, channels):
+    """(tensor, pointer) of input_bias checked against x: C values of x's very dtype on x's device (the tensor
+    normalized is x + input_bias[c], each sum rounded to x's dtype); (None, None) for None. As for weight and bias,
+    a tensor that is not contiguous is copied, and the caller holds the tensor until the call returns."""
+    if value is None:
+        return None, None
+    tensor = _as_torch(torch, value, "input_bias")
+    if tensor.device != x.device:
+        raise invalid_argument("input_bias", f"is on {tensor.device}, but x is on {x.device}")
+    if tensor.dtype != x.dtype:
+        raise invalid_argument("input_bias", f"has dtype {tensor.dtype}, but must have x's dtype {x.dtype} (x + "
+                                             "input_bias is rounded to x's dtype, as PyTorch's x + b.view(1, C, ...))")
+    if tensor.dim() != 1 or tensor.shape[0] != channels:
+        raise invalid_argument("input_bias", f"must have shape ({channels},) (C of x), got {tuple(tensor.shape)}")
+    tensor = tensor.contiguous()
+    return tensor, tensor.data_ptr()
+
+
 def _torch_empty(torch, shape, dtype, device, layout):
     """A new tensor of `shape` in `layout` (for channels-last: torch.empty of the (N, *spatial, C) shape, permuted
     to (N, C, *spatial), which is torch.channels_last / channels_last_3d for 4-D / 5-D and the same for any rank)."""
@@ -94,9 +112,11 @@ def _torch_operands(torch, x, y, y_dtype, y_shape=None):
 
 # ---- the fast path: calls whose arguments were checked before --------------------------------------------------
 # A torch call without padding whose key (x's shape, strides, dtype and device; num_groups, eps, activation,
-# out_dtype; weight's and bias's type, dtype, device, shape and strides; out's, when given, and whether it is x) was
+# out_dtype; weight's, bias's and input_bias's type, dtype, device, shape and strides, or None for each one absent;
+# out's, when given, and whether it is x) was
 # checked and run before skips the checks and the building of its gnsilu_problem: a copy of the one made then, with
-# this call's pointers. What the library does is the same (it checks the problem again in C); only Python's share of
+# this call's pointers (input_bias's too: a key with None there has a null input_bias, a key with a tensor there one
+# of its own). What the library does is the same (it checks the problem again in C); only Python's share of
 # the host time shrinks. Grad mode with inputs that require grad always takes the checked path (which refuses them).
 _FAST_LIMIT = 1024  # keys kept; the table starts again when full
 
@@ -105,7 +125,7 @@ class _FastCall:
     __slots__ = ("template", "shape", "y_dtype", "function")
 
     def __init__(self, problem, y_dtype, function):
-        self.template = bytes(problem)  # the problem with null pointers for x, y, weight and bias
+        self.template = bytes(problem)  # the problem with null pointers for x, y, weight, bias and input_bias
         self.shape = problem.shape  # keeps the shape array alive for the copies, which point to it
         self.y_dtype = y_dtype
         self.function = function
@@ -122,12 +142,13 @@ def _parameter_key(torch, value):
     return (type(value), value.dtype, value.device, value.shape, value.stride())
 
 
-def _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out=None):
+def _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out=None, input_bias=None):
     """The fast-path key of a call, or None where it has none (a non-tensor argument). An unhashable part (a list
     for num_groups, say) makes the table's look-up raise TypeError: torch_fast_call then takes the checked path."""
     try:
         key = (type(x), x.shape, x.stride(), x.dtype, x.device, type(num_groups), num_groups, type(eps), eps,
-               activation, out_dtype, _parameter_key(torch, weight), _parameter_key(torch, bias))
+               activation, out_dtype, _parameter_key(torch, weight), _parameter_key(torch, bias),
+               _parameter_key(torch, input_bias))
         if out is not None:
             key += (_parameter_key(torch, out), out is x)
     except TypeError:
@@ -143,12 +164,14 @@ def _raw_stream(torch):
     return lambda index: torch.cuda.current_stream(index).cuda_stream
 
 
-def torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dtype, key=None, out=None):
-    """y of group_norm(x, num_groups, weight, bias, eps, activation code, out_dtype, out=out) through the fast path,
-    or None where it does not apply (a key not run before, inputs that require grad in grad mode): then the checked
-    path must be taken. `key`: the call's _fast_key when the caller has it already. Returns out when given."""
+def torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dtype, key=None, out=None,
+                    input_bias=None):
+    """y of group_norm(x, num_groups, weight, bias, eps, activation code, out_dtype, out=out, input_bias=input_bias)
+    through the fast path, or None where it does not apply (a key not run before, inputs that require grad in grad
+    mode): then the checked path must be taken. `key`: the call's _fast_key when the caller has it already. Returns
+    out when given."""
     if key is None:
-        key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out)
+        key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out, input_bias)
         if key is None:
             return None
     try:
@@ -157,7 +180,8 @@ def torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dty
         return None
     if entry is None or (torch.is_grad_enabled() and (
             x.requires_grad or (weight is not None and weight.requires_grad)
-            or (bias is not None and bias.requires_grad) or (out is not None and out.requires_grad))):
+            or (bias is not None and bias.requires_grad) or (out is not None and out.requires_grad)
+            or (input_bias is not None and input_bias.requires_grad))):
         return None
     y = torch.empty_like(x, dtype=entry.y_dtype) if out is None else out  # x is dense in its layout: y gets its strides
     problem = _lib.Problem.from_buffer_copy(entry.template)
@@ -167,6 +191,8 @@ def torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dty
         problem.weight = weight.data_ptr()
     if bias is not None:
         problem.bias = bias.data_ptr()
+    if input_bias is not None:
+        problem.input_bias = input_bias.data_ptr()
     index = x.device.index
     if index == torch.cuda.current_device():
         status = entry.function(ctypes.byref(problem), None, 0, _raw_stream(torch)(index))
@@ -191,12 +217,12 @@ def refuse_grad(torch, named_tensors):
 
 
 def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out, pad=None,
-                      pad_mode="constant", pad_value=0.0):
+                      pad_mode="constant", pad_value=0.0, input_bias=None):
     key = None
     if pad is None:
-        key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out)
+        key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out, input_bias)
         if key is not None:
-            y = torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dtype, key, out)
+            y = torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dtype, key, out, input_bias)
             if y is not None:
                 return y
     if not x.is_cuda:
@@ -216,6 +242,7 @@ def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_d
         y_shape = _padded_shape(shape, pad)
     weight_tensor, weight_arg = _torch_parameter(torch, weight, "weight", x, shape[1])
     bias_tensor, bias_arg = _torch_parameter(torch, bias, "bias", x, shape[1])
+    input_bias_tensor, input_bias_arg = _torch_input_bias(torch, input_bias, x, shape[1])
     y_code = x_code if out_dtype is None else _dtype_code(out_dtype, "out_dtype")
     dtypes = {BF16: torch.bfloat16, FP16: torch.float16, FP32: torch.float32}
     if out is None:
@@ -231,7 +258,8 @@ def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_d
         if tuple(y.shape) != y_shape:
             what = "x's shape" if pad is None else "the padded shape"
             raise invalid_argument("out", f"must have {what} {y_shape}, got {tuple(y.shape)}")
-    refuse_grad(torch, (("x", x), ("weight", weight_tensor), ("bias", bias_tensor), ("out", y)))
+    refuse_grad(torch, (("x", x), ("weight", weight_tensor), ("bias", bias_tensor), ("input_bias", input_bias_tensor),
+                        ("out", y)))
     x_before = x
     x, y, layout = _torch_operands(torch, x, y, dtypes[y_code], y_shape if pad is not None else None)
     if result is None:
@@ -239,18 +267,18 @@ def _torch_group_norm(torch, x, num_groups, weight, bias, eps, activation, out_d
     if x.numel() == 0 and y.numel() == 0:
         return result
     problem = _problem(x.data_ptr(), x_code, y.data_ptr(), y_code, layout, shape, groups, weight_arg, bias_arg,
-                       eps, activation, pad, mode_code, pad_value)
+                       eps, activation, pad, mode_code, pad_value, input_bias_arg)
     with torch.cuda.device(x.device):
         _lib.call("gnsilu_group_norm", ctypes.byref(problem), None, 0,
                   torch.cuda.current_stream(x.device).cuda_stream)
     fast = (key is not None and pad is None and result is y and layout_of(shape, x_before.stride()) is not None
-            and all(t is None or t.stride() == (1,) for t in (weight, bias)))
+            and all(t is None or t.stride() == (1,) for t in (weight, bias, input_bias)))
     try:
         fast = fast and _FAST_LIMIT > 0 and hash(key) is not None
     except TypeError:  # an unhashable argument: no key
         fast = False
     if fast:
-        problem.x = problem.y = problem.weight = problem.bias = None
+        problem.x = problem.y = problem.weight = problem.bias = problem.input_bias = None
         if len(_fast_calls) >= _FAST_LIMIT:
             _fast_calls.clear()
         _fast_calls[key] = _FastCall(problem, dtypes[y_code], _lib.library()[0].gnsilu_group_norm)

@@ -19,8 +19,9 @@ HunyuanVideoCausalConv3d after the swap); and diffusers' ResnetBlock2D whose nor
 swapped GroupNormSiLU pairs (gnsilu.torch.swap_group_norm_silu) and which has no time embedding and no up- or
 downsampling: its GroupNormSiLUs take their records over the whole input (gnsilu.group_stats) and normalize only
 the rows each convolution slab reads (gnsilu.group_norm_apply, the whole call's bits), so the normalized tensors,
-as large as the block's input, never exist whole. A module runs whole when its output (a block: its input) is
-below max_bytes or its configuration is not one of these.
+as large as the block's input, never exist whole (a conv1 whose bias the swap moved into norm2 adds it itself in
+its slabs). A module runs whole when its output (a block: its input) is below max_bytes or its configuration is not
+one of these.
 """
 import contextlib
 import functools

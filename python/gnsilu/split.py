@@ -7,7 +7,8 @@ doubles a band), and the modules that look across rows get what they need from t
   every band's edge rows), and pads as the module pads only at the tensor's true top and bottom;
 - a GroupNorm (nn.GroupNorm, gnsilu.torch.GroupNorm, gnsilu.torch.GroupNormSiLU) adds up the exact statistics of
   every band (gnsilu.group_stats, then an all-reduce of the int64 records: exact, whatever the order) and
-  normalizes its band with them (gnsilu.group_norm_apply): the bits of gnsilu's GroupNorm of the whole tensor;
+  normalizes its band with them (gnsilu.group_norm_apply): the bits of gnsilu's GroupNorm of the whole tensor
+  (with the bias of a convolution that left it to the norm, swap_group_norm_silu's bias move, as input_bias);
 - the modules given as `whole` (by default every `mid_block`: its attention sees every position, and HunyuanVideo's
   builds its causal mask from the whole shape) run on the whole tensor, gathered from the bands; each rank keeps
   its band of the result. At the latent's size that tensor is small.
@@ -156,10 +157,13 @@ def _causal_forward(module, ranks, name, original, x):
 def _norm_forward(module, ranks, activation, original, x):
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise ValueError(f"gnsilu.split: GroupNorm inputs must be bfloat16, float16 or float32, got {x.dtype}")
-    stats = _api.group_stats(x, module.num_groups)
+    # A convolution whose bias the swap moved into this norm hands its output without the bias (where it ran its own
+    # forward: a module run whole, or a convolution without halo rows): the bias goes into the records and the output.
+    input_bias = _gt._handed_bias(module, x) if isinstance(module, (_gt.GroupNorm, _gt.GroupNormSiLU)) else None
+    stats = _api.group_stats(x, module.num_groups, input_bias=input_bias)
     if not ranks.whole and not ranks.alone:
         ranks.all_reduce_stats(stats)
-    y = _api.group_norm_apply(x, stats, module.weight, module.bias, module.eps, activation)
+    y = _api.group_norm_apply(x, stats, module.weight, module.bias, module.eps, activation, input_bias=input_bias)
     return _gt._hand_on(module, y)  # handed on as the module's own forward hands it
 
 

@@ -6,10 +6,11 @@
 
 Importing this module registers the operator (schema in OP_SCHEMA)
     torch.ops.gnsilu.group_norm(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu",
-                                out_dtype=None) -> Tensor
+                                out_dtype=None, input_bias=None) -> Tensor
 y = silu(group_norm(x)) ("silu") or group_norm(x) ("none"), in x's memory format (torch.empty_like(x)) and
-out_dtype (default x's dtype). On CUDA tensors of bfloat16/float16/float32 it is gnsilu (gnsilu.group_norm); on
-any other tensor (CPU, float64, ...) or where libgnsilu cannot run, PyTorch's F.group_norm (and F.silu). It has a
+out_dtype (default x's dtype); of x + input_bias (C values of x's dtype, gnsilu.group_norm's input_bias) where
+one is given. On CUDA tensors of bfloat16/float16/float32 it is gnsilu (gnsilu.group_norm); on any other tensor
+(CPU, float64, ...) or where libgnsilu cannot run, PyTorch's F.group_norm (and F.silu) of x + input_bias. It has a
 fake (meta) implementation, so torch.compile traces it into its graph (fullgraph too) and CUDA graphs capture it;
 it has no backward (an input that requires grad gets no gradient through it): the modules below run PyTorch's ops
 whenever an autograd graph is needed.
@@ -32,7 +33,14 @@ swap_group_norm_silu(model) replaces, in place:
       very tensor (`is`) through and applies SiLU to everything else (a shared `nonlinearity` also applied to the
       time embedding, say, keeps doing so). The hand-off is a module attribute, which torch.compile traces;
   (c) then every other nn.GroupNorm, wherever it is a child (nn.Sequential, ModuleList, block attribute): by a
-      GroupNorm (the same computation, so nothing needs proving), unless plain=False.
+      GroupNorm (the same computation, so nothing needs proving), unless plain=False;
+  (d) then, unless move_bias=False, in any module but nn.Sequential: a plain convolution (nn.Conv1d/2d/3d with a
+      bias) whose every use in the block's code is proven (gnsilu/_fusion.py, proven_bias_moves) to hand its output
+      to one of the norms swapped above and to nothing else while some parameters of forward are None at run time
+      (diffusers' ResnetBlock2D: conv1 -> norm2 while temb is None). The conv becomes a _BiasMovingConv (its class's
+      subclass, its very parameters: conv1.bias stays in the state_dict) and the block gets a forward pre-hook that
+      says, per call, whether those parameters are None; where they are and gnsilu runs (CUDA tensors of its dtypes,
+      inference), the conv runs with bias=None and its norm adds the bias as gnsilu's input_bias.
 Per-frame GroupNorm wrappers (diffusers' MochiChunkedGroupNorm3D, and CosmosCausalGroupNorm with num_groups=1) count
 as GroupNorms in (b) and (c): they become a FrameGroupNorm around a GroupNormSiLU (a proven pair) or a GroupNorm.
 diffusers' MiniMaxH3VideoGroupNorm (a per-frame nn.GroupNorm subclass) becomes a FrameGroupNormContiguous in (c). A swapped module that hands a CUDA input to
@@ -46,6 +54,7 @@ forward; nothing at all while global module hooks are registered. The limits are
 """
 import collections
 import importlib
+import inspect
 import warnings
 
 import torch
@@ -63,11 +72,14 @@ _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _HANDOFF = "_gnsilu_handoff"  # on a _SiLUAfterGroupNormSiLU: the tensor its GroupNormSiLU just returned (case b)
 _unusable = None  # why gnsilu cannot run in this process (then GroupNorm and GroupNormSiLU run PyTorch's ops)
 _DEVICE_TYPES = ()  # devices besides CUDA where the modules call the op (tests add "cpu": it runs PyTorch's ops)
+# Devices besides CUDA where a convolution whose bias the swap moved leaves it to its norm (tests add "cpu"; there the
+# norm adds it with PyTorch's ops, x + b: a pass of its own, so by default a CPU convolution keeps its bias).
+_BIAS_DEVICE_TYPES = ()
 
 
 # ---- the operator: torch.ops.gnsilu.group_norm ---------------------------------------------------------------
 OP_SCHEMA = ("group_norm(Tensor x, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-06, "
-             "str activation=\"silu\", ScalarType? out_dtype=None) -> Tensor")
+             "str activation=\"silu\", ScalarType? out_dtype=None, Tensor? input_bias=None) -> Tensor")
 
 
 def _empty_output(x, out_dtype):
@@ -75,9 +87,26 @@ def _empty_output(x, out_dtype):
     return torch.empty_like(x, dtype=x.dtype if out_dtype is None else out_dtype)
 
 
-def _pytorch_group_norm(x, num_groups, weight, bias, eps, activation):
-    """What PyTorch's own modules compute: F.group_norm, then F.silu for activation "silu"."""
-    y = F.group_norm(x, num_groups, weight, bias, eps)
+def _with_input_bias(x, input_bias):
+    """x + input_bias.view(1, C, 1, ...) in x's dtype (input_bias has it): what gnsilu normalizes with an input bias;
+    x itself without one."""
+    if input_bias is None:
+        return x
+    return x + input_bias.view(1, -1, *([1] * (x.dim() - 2)))
+
+
+def _checked_input_bias(x, input_bias):
+    """The op's input_bias checked against x as gnsilu.group_norm checks it (InvalidArgumentError naming
+    'input_bias'), so that the op refuses the same arguments on every device; None stays None."""
+    if input_bias is None or x.dim() < 2:  # (F.group_norm refuses an x of fewer dimensions itself)
+        return input_bias
+    return _api._torch_input_bias(torch, input_bias, x, x.shape[1])[0]
+
+
+def _pytorch_group_norm(x, num_groups, weight, bias, eps, activation, input_bias=None):
+    """What PyTorch's own modules compute: F.group_norm, then F.silu for activation "silu"; of x + input_bias (PyTorch's
+    sum in x's dtype) where there is an input bias."""
+    y = F.group_norm(_with_input_bias(x, input_bias), num_groups, weight, bias, eps)
     return F.silu(y) if activation == "silu" else y
 
 
@@ -89,37 +118,43 @@ def _unusable_here(error):
         warnings.warn(f"gnsilu cannot run here, PyTorch's ops run instead: {error}", RuntimeWarning, stacklevel=3)
 
 
-def _op_implementation(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None):
+def _op_implementation(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None,
+                       input_bias=None):
     """torch.ops.gnsilu.group_norm on real tensors (the modules call it directly in eager mode): gnsilu on CUDA
     tensors of its dtypes, PyTorch's ops on others (CPU tensors, float64, ...) and where gnsilu cannot run in
-    this process; either way the result has _empty_output's shape, dtype and strides."""
+    this process (of x + input_bias there, where an input bias is given); either way the result has _empty_output's
+    shape, dtype and strides."""
     if activation not in ("silu", "none"):
         raise ValueError(f"gnsilu::group_norm: activation must be \"silu\" or \"none\", got {activation!r}")
+    input_bias = _checked_input_bias(x, input_bias)
     if x.is_cuda and x.dtype in _DTYPES and _unusable is None:
         kind = None if activation == "none" else "silu"
         try:
-            if layout_of(x.shape, x.stride()) is not None:
-                return group_norm(x, num_groups, weight, bias, eps, kind, out_dtype)  # y: empty_like(x)
+            if layout_of(x.shape, x.stride()) is not None:  # y: empty_like(x)
+                return group_norm(x, num_groups, weight, bias, eps, kind, out_dtype, input_bias=input_bias)
             order = _strided.plan(x)
             if order is not None:  # frames first or channels first: no copy, y with x's strides
-                return _strided.group_norm(torch, x, num_groups, weight, bias, eps, kind, out_dtype, order=order)
+                return _strided.group_norm(torch, x, num_groups, weight, bias, eps, kind, out_dtype, order=order,
+                                           input_bias=input_bias)
             y = _empty_output(x, out_dtype)
-            if layout_of(y.shape, y.stride()) is not None:
-                return group_norm(x, num_groups, weight, bias, eps, kind, out=y)  # x copied into y's layout
-            return y.copy_(group_norm(x, num_groups, weight, bias, eps, kind, out_dtype))
+            if layout_of(y.shape, y.stride()) is not None:  # x copied into y's layout
+                return group_norm(x, num_groups, weight, bias, eps, kind, out=y, input_bias=input_bias)
+            return y.copy_(group_norm(x, num_groups, weight, bias, eps, kind, out_dtype, input_bias=input_bias))
         except (LibraryNotFoundError, UnsupportedDeviceError) as e:
             _unusable_here(e)
-    return _empty_output(x, out_dtype).copy_(_pytorch_group_norm(x, num_groups, weight, bias, eps, activation))
+    return _empty_output(x, out_dtype).copy_(_pytorch_group_norm(x, num_groups, weight, bias, eps, activation,
+                                                                 input_bias))
 
 
-def _op_fake(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None):
+def _op_fake(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None, input_bias=None):
     """The op on fake (meta) tensors, for torch.compile: the output's shape, dtype and strides."""
     return _empty_output(x, out_dtype)
 
 
 # ---- the padded operator: torch.ops.gnsilu.group_norm_padded ------------------------------------------------
 PADDED_OP_SCHEMA = ("group_norm_padded(Tensor x, int num_groups, Tensor? weight, Tensor? bias, float eps, "
-                    "str activation, int[] pad, str pad_mode, float pad_value, ScalarType? out_dtype=None) -> Tensor")
+                    "str activation, int[] pad, str pad_mode, float pad_value, ScalarType? out_dtype=None, "
+                    "Tensor? input_bias=None) -> Tensor")
 _PAD_MODES = ("constant", "replicate")
 
 
@@ -144,30 +179,34 @@ def _interior(padded, pad):
     return padded
 
 
-def _padded_implementation(x, num_groups, weight, bias, eps, activation, pad, pad_mode, pad_value, out_dtype=None):
+def _padded_implementation(x, num_groups, weight, bias, eps, activation, pad, pad_mode, pad_value, out_dtype=None,
+                           input_bias=None):
     """torch.ops.gnsilu.group_norm_padded on real tensors: F.pad(group_norm(x) [then SiLU], pad, pad_mode, pad_value)
     as one gnsilu call on CUDA tensors of its dtypes (the interior and the border written by one launch), PyTorch's
-    ops otherwise; the result has _empty_padded_output's shape, dtype and strides either way."""
+    ops otherwise (of x + input_bias, where an input bias is given); the result has _empty_padded_output's shape,
+    dtype and strides either way."""
     if activation not in ("silu", "none"):
         raise ValueError(f"gnsilu::group_norm_padded: activation must be \"silu\" or \"none\", got {activation!r}")
     if pad_mode not in _PAD_MODES:
         raise ValueError(f"gnsilu::group_norm_padded: pad_mode must be \"constant\" or \"replicate\", got {pad_mode!r}")
     pad = [int(w) for w in pad]
+    input_bias = _checked_input_bias(x, input_bias)
     y = _empty_padded_output(x, pad, out_dtype)
     if x.is_cuda and x.dtype in _DTYPES and _unusable is None:
         kind = None if activation == "none" else "silu"
         try:  # an x in neither layout is copied into y's
             return group_norm(x, num_groups, weight, bias, eps, kind, out=y, pad=pad, pad_mode=pad_mode,
-                              pad_value=pad_value)
+                              pad_value=pad_value, input_bias=input_bias)
         except (LibraryNotFoundError, UnsupportedDeviceError) as e:
             _unusable_here(e)
-    unpadded = _pytorch_group_norm(x, num_groups, weight, bias, eps, activation)
+    unpadded = _pytorch_group_norm(x, num_groups, weight, bias, eps, activation, input_bias)
     padded = F.pad(unpadded, pad, mode=pad_mode, value=pad_value) if pad_mode == "constant" else \
         F.pad(unpadded, pad, mode=pad_mode)
     return y.copy_(padded)
 
 
-def _padded_fake(x, num_groups, weight, bias, eps, activation, pad, pad_mode, pad_value, out_dtype=None):
+def _padded_fake(x, num_groups, weight, bias, eps, activation, pad, pad_mode, pad_value, out_dtype=None,
+                 input_bias=None):
     return _empty_padded_output(x, pad, out_dtype)
 
 
@@ -203,12 +242,13 @@ def _autocast_enabled(device_type):
 _is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or torch._dynamo.is_compiling
 
 
-def _gnsilu_takes(module, x):
+def _gnsilu_takes(module, x, input_bias=None):
     """Whether gnsilu computes module(x) (GroupNorm or GroupNormSiLU): the conditions their docstrings list.
     x must be dense in either layout (gnsilu.layout_of), or in one of the orders gnsilu._strided takes without a
     copy (frames first, channels first: video decoders' per-frame views; under torch.compile too, where the op's
     tag needs_fixed_stride_order has Inductor hand it those strides): in any other, PyTorch's ops run as they would
-    without gnsilu (they copy such an input themselves)."""
+    without gnsilu (they copy such an input themselves). An input bias (a convolution's, handed over by the swap:
+    _handed_bias) must have x's dtype and device."""
     if _unusable is not None or torch.jit.is_tracing() or torch.jit.is_scripting():
         return False
     if type(x) is not torch.Tensor or not (x.is_cuda or x.device.type in _DEVICE_TYPES) \
@@ -219,6 +259,9 @@ def _gnsilu_takes(module, x):
     for p in (weight, bias):
         if p is not None and (p.device != x.device or p.dtype not in _DTYPES):
             return False
+    if input_bias is not None and (input_bias.device != x.device or input_bias.dtype != x.dtype
+                                   or (torch.is_grad_enabled() and input_bias.requires_grad)):
+        return False
     return not (torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
                                              or (bias is not None and bias.requires_grad)))
 
@@ -257,27 +300,32 @@ def _note_declined(module, x):
                       RuntimeWarning, stacklevel=3)
 
 
-def _fast_forward(module, x, activation):
+def _fast_forward(module, x, activation, input_bias=None):
     """module(x) through gnsilu's fast path (gnsilu/_api.py: a call whose key ran before) in eager mode, or None
     where that does not apply; then forward decides as usual. Equivalent to _gnsilu_takes: a key holds x's type,
-    dtype, device, shape and strides, and the parameters' dtypes and devices, of a call that gnsilu ran."""
+    dtype, device, shape and strides, and the parameters' (input_bias's too) dtypes and devices, of a call that
+    gnsilu ran."""
     if type(x) is not torch.Tensor or _is_compiling() or torch.jit.is_tracing() or x.dim() < 2 \
             or x.shape[1] != module.num_channels:
         return None
     parameters = module._parameters
     out_dtype = torch.float32 if _autocast_enabled("cuda") else x.dtype
     return _api.torch_fast_call(torch, x, module.num_groups, parameters["weight"], parameters["bias"], module.eps,
-                                _api.ACTIVATION_SILU if activation == "silu" else _api.ACTIVATION_NONE, out_dtype)
+                                _api.ACTIVATION_SILU if activation == "silu" else _api.ACTIVATION_NONE, out_dtype,
+                                input_bias=input_bias)
 
 
-def _gnsilu(module, input, activation):
+def _gnsilu(module, input, activation, input_bias=None):
     """module's computation through gnsilu: torch.ops.gnsilu.group_norm while torch.compile traces (the op then
     stands in the graph), else the op's implementation called directly (the same function, without the
     dispatcher's host time). The output dtype is the input's, float32 under autocast (as PyTorch's)."""
     out_dtype = torch.float32 if _autocast_enabled(input.device.type) else input.dtype
     if _is_compiling():
         return torch.ops.gnsilu.group_norm(input, module.num_groups, module.weight, module.bias, module.eps,
-                                           activation, out_dtype)
+                                           activation, out_dtype, input_bias)
+    if input_bias is not None:
+        return _op_implementation(input, module.num_groups, module.weight, module.bias, module.eps, activation,
+                                  out_dtype, input_bias)
     return _op_implementation(input, module.num_groups, module.weight, module.bias, module.eps, activation,
                               out_dtype)
 
@@ -289,6 +337,42 @@ def _like_group_norm(cls, group_norm):
     module.weight = group_norm.weight
     module.bias = group_norm.bias
     return module.train(group_norm.training)
+
+
+_BIASED = "_gnsilu_biased"  # on a norm: (tensor, bias) from a convolution that left its bias to the norm (the swap)
+
+
+def _set_plain(module, name, value):
+    """module.name = value for a plain attribute (never a parameter, buffer or submodule): object.__setattr__ in eager
+    mode (a block's call sets a few per call: nn.Module.__setattr__ costs microseconds more each), setattr while
+    torch.compile traces (which follows either)."""
+    if _is_compiling():
+        setattr(module, name, value)
+    else:
+        object.__setattr__(module, name, value)
+
+
+def _handed_bias(norm, input):
+    """The bias of the convolution whose output `input` is, when that convolution left its bias out for `norm` to add
+    (the swap's bias move: _BiasMovingConv hands over (its output, its bias)), else None. Either way the hand-off is
+    cleared, so no tensor is held past the next call."""
+    handed = norm._gnsilu_biased
+    if handed is None:
+        return None
+    _set_plain(norm, _BIASED, None)
+    return handed[1] if handed[0] is input else None
+
+
+def _group_norm_silu(module, input, input_bias):
+    """GroupNormSiLU's computation of silu(group_norm(input + input_bias)) (input itself without an input bias)."""
+    output = _fast_forward(module, input, "silu", input_bias)
+    if output is not None:
+        return output
+    if _gnsilu_takes(module, input, input_bias):
+        return _gnsilu(module, input, "silu", input_bias)
+    _note_declined(module, input)
+    return F.silu(F.group_norm(_with_input_bias(input, input_bias), module.num_groups, module.weight, module.bias,
+                               module.eps))
 
 
 class GroupNormSiLU(nn.Module):
@@ -308,6 +392,7 @@ class GroupNormSiLU(nn.Module):
     """
 
     __constants__ = ["num_groups", "num_channels", "eps", "affine"]
+    _gnsilu_biased = None  # a convolution's output and bias when it left its bias to this norm (_handed_bias)
 
     def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, device=None, dtype=None):
         super().__init__()
@@ -336,13 +421,7 @@ class GroupNormSiLU(nn.Module):
         return _like_group_norm(cls, group_norm)
 
     def forward(self, input):
-        output = _fast_forward(self, input, "silu")
-        if output is not None:
-            return output
-        if _gnsilu_takes(self, input):
-            return _gnsilu(self, input, "silu")
-        _note_declined(self, input)
-        return F.silu(F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps))
+        return _group_norm_silu(self, input, _handed_bias(self, input))
 
     def extra_repr(self):
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
@@ -360,19 +439,22 @@ class GroupNorm(nn.GroupNorm):
     exact result), not PyTorch's: close, not the same bits.
     """
 
+    _gnsilu_biased = None  # a convolution's output and bias when it left its bias to this norm (_handed_bias)
+
     @classmethod
     def from_group_norm(cls, group_norm):
         """A GroupNorm with group_norm's settings and its very parameters (shared, not copied)."""
         return _like_group_norm(cls, group_norm)
 
     def forward(self, input):
-        output = _fast_forward(self, input, "none")
+        input_bias = _handed_bias(self, input)
+        output = _fast_forward(self, input, "none", input_bias)
         if output is not None:
             return output
-        if _gnsilu_takes(self, input):
-            return _gnsilu(self, input, "none")
+        if _gnsilu_takes(self, input, input_bias):
+            return _gnsilu(self, input, "none", input_bias)
         _note_declined(self, input)
-        return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+        return F.group_norm(_with_input_bias(input, input_bias), self.num_groups, self.weight, self.bias, self.eps)
 
 
 class _GroupNormSiLUBeforeSiLU(GroupNormSiLU):
@@ -395,12 +477,20 @@ class _GroupNormSiLUPadded(_GroupNormSiLUBeforeSiLU):
     Where gnsilu does not take the input, it is _GroupNormSiLUBeforeSiLU (the conv then pads itself)."""
 
     def forward(self, input):
-        if not _gnsilu_takes(self, input):
-            return super().forward(input)
+        input_bias = _handed_bias(self, input)
+        if not _gnsilu_takes(self, input, input_bias):
+            output = _group_norm_silu(self, input, input_bias)
+            for act in self._gnsilu_acts:
+                setattr(act, _HANDOFF, output)
+            return output
         pad, mode = self._gnsilu_pad
         out_dtype = torch.float32 if _autocast_enabled(input.device.type) else input.dtype
         call = torch.ops.gnsilu.group_norm_padded if _is_compiling() else _padded_implementation
-        padded = call(input, self.num_groups, self.weight, self.bias, self.eps, "silu", pad, mode, 0.0, out_dtype)
+        if input_bias is None:
+            padded = call(input, self.num_groups, self.weight, self.bias, self.eps, "silu", pad, mode, 0.0, out_dtype)
+        else:
+            padded = call(input, self.num_groups, self.weight, self.bias, self.eps, "silu", pad, mode, 0.0, out_dtype,
+                          input_bias)
         output = _interior(padded, pad)
         setattr(self._gnsilu_conv, _PADDED, (output, padded))
         return _hand_on(self, output)
@@ -438,6 +528,149 @@ class PaddedInputConv(nn.Module):
         return f"{pad_name}={getattr(self, pad_name)}, {mode_name}={getattr(self, mode_name)!r}"
 
 
+_MOVE = "_gnsilu_move_bias"  # on a _BiasMovingConv: True for one call of its block where the proof holds
+
+
+def _bias_moves(conv, input):
+    """Whether conv (a _BiasMovingConv, told by its block that the proof holds for this call) leaves its bias to its
+    norm for this input: where gnsilu adds it (a plain CUDA tensor of gnsilu's dtypes, the conv's weight and bias of
+    that dtype on its device, the norm's parameters usable by gnsilu, no autocast, no autograd graph needed, no
+    TorchScript, a usable library); elsewhere the conv adds its bias itself, as it always did."""
+    if _unusable is not None or torch.jit.is_tracing() or torch.jit.is_scripting() or type(input) is not torch.Tensor \
+            or not (input.is_cuda or input.device.type in _BIAS_DEVICE_TYPES) or input.dtype not in _DTYPES \
+            or _autocast_enabled(input.device.type):
+        return False
+    bias, weight, norm = conv.bias, conv.weight, conv._gnsilu_norm
+    if bias is None or bias.dtype != input.dtype or bias.device != input.device or weight.dtype != input.dtype:
+        return False
+    for p in (norm.weight, norm.bias):
+        if p is not None and (p.device != input.device or p.dtype not in _DTYPES):
+            return False
+    return not (torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                for t in (input, weight, bias, norm.weight, norm.bias)))
+
+
+class _BiasMovingConv:
+    """What the convolutions whose bias the swap moved have in common (subclasses of nn.Conv1d/2d/3d with the same
+    parameters, so the same state_dict and isinstance(m, nn.Conv2d)): their block's code is proven
+    (_fusion.proven_bias_moves) to hand their output to one gnsilu norm (`_gnsilu_norm`) and nothing else whenever
+    some of its forward's parameters are None (diffusers' ResnetBlock2D: `temb`). The block's forward pre-hook
+    (_BiasMoveBefore) says, for one call, whether they are; then, where gnsilu will add it (_bias_moves), the conv
+    runs with bias=None and hands (its output, its bias) to the norm (`is`, which torch.compile traces), whose gnsilu
+    call adds the bias to x in its statistics and output alike (input_bias): conv(x) + b rounded to x's dtype, one
+    elementwise pass fewer. Every other call is the convolution it was (its bias added by PyTorch)."""
+
+    _gnsilu_move_bias = False
+
+    @classmethod
+    def from_conv(cls, conv):
+        """The convolution conv is (its settings), with conv's very parameters (shared, not copied)."""
+        module = cls(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride, padding=conv.padding,
+                     dilation=conv.dilation, groups=conv.groups, bias=conv.bias is not None,
+                     padding_mode=conv.padding_mode, device="meta")
+        module.weight = conv.weight
+        module.bias = conv.bias
+        return module.train(conv.training)
+
+    def forward(self, input):
+        if self._gnsilu_move_bias:
+            _set_plain(self, _MOVE, False)  # for this one call
+            if _bias_moves(self, input):
+                output = self._conv_forward(input, self.weight, None)
+                _set_plain(self._gnsilu_norm, _BIASED, (output, self.bias))
+                return output
+        return super().forward(input)
+
+
+class _Conv1dBiasToNorm(_BiasMovingConv, nn.Conv1d):
+    """nn.Conv1d whose bias the swap moved into the norm after it (_BiasMovingConv)."""
+
+
+class _Conv2dBiasToNorm(_BiasMovingConv, nn.Conv2d):
+    """nn.Conv2d whose bias the swap moved into the norm after it (_BiasMovingConv)."""
+
+
+class _Conv3dBiasToNorm(_BiasMovingConv, nn.Conv3d):
+    """nn.Conv3d whose bias the swap moved into the norm after it (_BiasMovingConv)."""
+
+
+_BIAS_CONVS = {nn.Conv1d: _Conv1dBiasToNorm, nn.Conv2d: _Conv2dBiasToNorm, nn.Conv3d: _Conv3dBiasToNorm}
+
+
+class _BiasMoveBefore:
+    """The forward pre-hook (with kwargs) that the swap puts on a block whose convolution `conv` left its bias to the
+    norm `norm` (their attribute names): tells the conv, for this call, whether every parameter of `conditions` is
+    None, which the proof needs (diffusers' ResnetBlock2D: `temb`), and whether the block's norm is still the one the
+    conv hands to. conditions: (name, position among forward's positional parameters after self or None, default or
+    inspect.Parameter.empty, whether it may be passed by keyword), as Python binds them. A plain object (deepcopy and
+    pickling copy it with the block)."""
+
+    def __init__(self, conv, norm, conditions):
+        self.conv = conv
+        self.norm = norm
+        self.conditions = conditions
+
+    def __call__(self, block, args, kwargs):
+        conv = block._modules.get(self.conv)
+        if not isinstance(conv, _BiasMovingConv):
+            return None
+        move = block._modules.get(self.norm) is conv._gnsilu_norm
+        for name, index, default, keyword in self.conditions:
+            if not move:
+                break
+            if keyword and name in kwargs:
+                value = kwargs[name]
+            elif index is not None and index < len(args):
+                value = args[index]
+            elif default is not inspect.Parameter.empty:
+                value = default
+            else:  # missing: forward raises TypeError
+                move = False
+                break
+            if value is not None:
+                move = False
+                break
+        _set_plain(conv, _MOVE, move)
+        return None
+
+
+class _BiasMoveAfter:
+    """The forward hook (always called, also when forward raises) paired with _BiasMoveBefore: the conv's permission
+    and its hand-off to the norm end with the block's call (a call of the conv or the norm from outside the block is
+    theirs as before)."""
+
+    def __init__(self, conv):
+        self.conv = conv
+
+    def __call__(self, block, args, output):
+        conv = block._modules.get(self.conv)
+        if isinstance(conv, _BiasMovingConv):
+            if conv._gnsilu_move_bias:
+                _set_plain(conv, _MOVE, False)
+            if conv._gnsilu_norm._gnsilu_biased is not None:
+                _set_plain(conv._gnsilu_norm, _BIASED, None)
+        return None
+
+
+def _none_conditions(forward, names):
+    """_BiasMoveBefore's conditions for the parameters `names` of forward (a function: self first), or None where one
+    is not a named parameter."""
+    try:
+        parameters = list(inspect.signature(forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    by_name = {p.name: p for p in parameters}
+    conditions = []
+    for name in names:
+        p = by_name.get(name)
+        if p is None or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            return None
+        conditions.append((name, positional.index(name) if name in positional else None, p.default,
+                           p.kind != p.POSITIONAL_ONLY))
+    return tuple(conditions)
+
+
 class _PassThroughDropout(nn.Dropout):
     """nn.Dropout that returns its input itself when p == 0 (what nn.Dropout computes then, in eager mode the same
     object too), so that torch.compile also sees the tensor a _GroupNormSiLUPadded returned reach its conv."""
@@ -467,16 +700,19 @@ class _SiLUApplied(torch.Tensor):
 def _norm_before_silu_function(module, input):
     """(output, whether SiLU is applied) for a norm whose output goes straight into F.silu: silu(group_norm(x))
     from gnsilu in eager mode (F.silu then passes it through); under torch.compile, gnsilu's plain group_norm (the
-    op in the graph; F.silu follows in the graph); where gnsilu does not take the input, PyTorch's group_norm."""
-    output = _fast_forward(module, input, "silu")
+    op in the graph; F.silu follows in the graph); where gnsilu does not take the input, PyTorch's group_norm. Of x
+    plus the input bias a convolution handed over (_handed_bias), where one did."""
+    input_bias = _handed_bias(module, input)
+    output = _fast_forward(module, input, "silu", input_bias)
     if output is not None:
         return output, True
-    if _gnsilu_takes(module, input):
+    if _gnsilu_takes(module, input, input_bias):
         if _is_compiling():
-            return _gnsilu(module, input, "none"), False
-        return _gnsilu(module, input, "silu"), True
+            return _gnsilu(module, input, "none", input_bias), False
+        return _gnsilu(module, input, "silu", input_bias), True
     _note_declined(module, input)
-    return F.group_norm(input, module.num_groups, module.weight, module.bias, module.eps), False
+    return F.group_norm(_with_input_bias(input, input_bias), module.num_groups, module.weight, module.bias,
+                        module.eps), False
 
 
 def _handed_to_silu_function(output, applied):
@@ -794,21 +1030,67 @@ def _before_silu_function(norm):
     return fused
 
 
-SwapCounts = collections.namedtuple("SwapCounts", ["pairs", "plain", "padded"], defaults=(0,))
+# The norms that take a convolution's bias (_handed_bias): gnsilu's, as the swap leaves them in a block.
+_BIAS_NORMS = (GroupNorm, GroupNormSiLU, _GroupNormSiLUBeforeSiLU, _GroupNormSiLUPadded, _GroupNormBeforeSiLUFunction)
+
+
+def _move_block_biases(block, holders):
+    """Moves the bias of each of the block's plain convolutions (nn.Conv1d/2d/3d with a bias, a child of no other
+    module: holders counts the parents of each module) that the block's code is proven to hand to one of its gnsilu
+    norms and nothing else (_fusion.proven_bias_moves) into that norm: the conv becomes a _BiasMovingConv (its very
+    parameters, so the same state_dict) and the block gets the hooks that say when the proof holds (_BiasMoveBefore,
+    _BiasMoveAfter). Returns how many biases it moved."""
+    children = block._modules
+    if "forward" in vars(block):
+        return 0
+    convs = {name for name, child in children.items() if type(child) in _BIAS_CONVS and _plain(child, type(child))
+             and child.bias is not None and holders[id(child)] == 1}
+    norms = {name for name, child in children.items() if type(child) in _BIAS_NORMS and _plain(child, type(child))}
+    if not convs or not norms:
+        return 0
+    moves = _fusion.proven_bias_moves(type(block), nn.Module, convs, norms, lambda name: _plain_attribute(block, name))
+    moved = 0
+    for conv_name, (norm_name, names) in moves.items():
+        conv, norm = children[conv_name], children[norm_name]
+        conditions = _none_conditions(type(block).forward, names)
+        if conditions is None or conv.out_channels != norm.num_channels:
+            continue
+        fused = _BIAS_CONVS[type(conv)].from_conv(conv)
+        object.__setattr__(fused, "_gnsilu_norm", norm)  # a plain attribute, not a submodule: the state_dict stays
+        setattr(block, conv_name, fused)
+        block.register_forward_pre_hook(_BiasMoveBefore(conv_name, norm_name, conditions), with_kwargs=True)
+        block.register_forward_hook(_BiasMoveAfter(conv_name), always_call=True)
+        moved += 1
+    return moved
+
+
+def _move_biases(module):
+    """_move_block_biases in every block under module (nn.Sequential aside); returns how many biases moved."""
+    holders = collections.Counter(id(child) for parent in module.modules() for child in parent._modules.values()
+                                  if child is not None)
+    return sum(_move_block_biases(parent, holders) for parent in list(module.modules())
+               if type(parent) is not nn.Sequential)
+
+
+SwapCounts = collections.namedtuple("SwapCounts", ["pairs", "plain", "padded", "biases_moved"], defaults=(0, 0))
 SwapCounts.__doc__ = """What swap_group_norm_silu(..., return_counts=True) replaced: `pairs` GroupNorm+SiLU pairs by
 GroupNormSiLU, `plain` other nn.GroupNorms by GroupNorm; `padded` of the pairs write their convolution's padded input
-(GroupNorm -> SiLU -> pad -> conv: the pad is gnsilu's border, PaddedInputConv skips its own)."""
+(GroupNorm -> SiLU -> pad -> conv: the pad is gnsilu's border, PaddedInputConv skips its own); `biases_moved`
+convolutions proven to feed only a swapped norm leave their bias to it (conv -> GroupNorm: gnsilu adds the bias as
+its input_bias, the conv runs without it)."""
 
 
-def swap_group_norm_silu(module, *, plain=True, return_counts=False, fuse_pad=True):
+def swap_group_norm_silu(module, *, plain=True, return_counts=False, fuse_pad=True, move_bias=True):
     """Puts GroupNormSiLU in place of the GroupNorm+SiLU pairs of `module` (and its submodules) that it can prove,
     then (with plain=True, the default) GroupNorm in place of every other plain nn.GroupNorm (see the module
-    docstring). Returns how many GroupNorm+SiLU pairs were replaced, or with return_counts=True a
-    SwapCounts(pairs, plain, padded) that also counts the plain GroupNorms replaced and the pairs that write their
-    convolution's padded input (fuse_pad=False: none do). Parameters are shared, not copied;
-    the state_dict keys do not change; calling it again replaces nothing more; `module` itself is not replaced,
-    only its submodules; nothing at all is replaced while global module hooks are registered."""
-    counts = SwapCounts(0, 0, 0)
+    docstring), then (with move_bias=True, the default) moves the bias of each convolution proven to feed only one of
+    these norms into it (d). Returns how many GroupNorm+SiLU pairs were replaced, or with return_counts=True a
+    SwapCounts(pairs, plain, padded, biases_moved) that also counts the plain GroupNorms replaced, the pairs that
+    write their convolution's padded input (fuse_pad=False: none do) and the convolution biases moved
+    (move_bias=False: none). Parameters are shared, not copied; the state_dict keys and values do not change; calling
+    it again replaces nothing more; `module` itself is not replaced, only its submodules; nothing at all is replaced
+    while global module hooks are registered."""
+    counts = SwapCounts(0, 0, 0, 0)
     if not _global_hooks():
         pairs = pads = 0
         for parent in list(module.modules()):
@@ -817,7 +1099,8 @@ def swap_group_norm_silu(module, *, plain=True, return_counts=False, fuse_pad=Tr
             else:
                 swapped, padded = _swap_block(parent, fuse_pad)
                 pairs, pads = pairs + swapped, pads + padded
-        counts = SwapCounts(pairs, _swap_plain_group_norms(module) if plain else 0, pads)
+        plain_count = _swap_plain_group_norms(module) if plain else 0
+        counts = SwapCounts(pairs, plain_count, pads, _move_biases(module) if move_bias else 0)
         for name, m in module.named_modules():  # their names, for _note_declined's warning
             if isinstance(m, (GroupNormSiLU, GroupNorm)) and not hasattr(m, "_gnsilu_name"):
                 object.__setattr__(m, "_gnsilu_name", f"{type(module).__name__}.{name}" if name else type(m).__name__)

@@ -29,7 +29,12 @@
     bits those of gnsilu.group_norm; torch.compile(fullgraph=True) of GroupNormSiLU and GroupNorm puts the op in
     the graph and gives the eager bits (Inductor); a swapped toy decoder compiles whole with every norm a gnsilu
     op, close to eager; CUDA graphs: torch.compile(mode="reduce-overhead") replays on new inputs, and an eager
-    torch.cuda.graph capture of the swapped decoder replays correctly.
+    torch.cuda.graph capture of the swapped decoder replays correctly;
+(ib) input_bias: for bf16/fp16/fp32, both layouts, small and large shapes, silu and none, the fast path, the padded
+    call and op, region statistics, the strided orders and the op: the bits of the same call on PyTorch's x + b
+    (with an Inf in x and -Inf/+Inf biases: NaN where that call has NaN); a swapped Flux-like toy decoder and a
+    diffusers Flux-style AutoencoderKL with their conv1 biases moved into norm2, eager and compiled, within the
+    swap's tolerance of the model before it.
 Prints a summary table at the end.
 """
 import contextlib
@@ -583,7 +588,7 @@ class TestLayoutModules(unittest.TestCase):
         original = decoder.to(torch.bfloat16)
         swapped = copy.deepcopy(original)
         counts = gt.swap_group_norm_silu(swapped, return_counts=True)
-        self.assertEqual(counts, (toy_models.expected_swaps(swapped), 1))
+        self.assertEqual((counts.pairs, counts.plain), (toy_models.expected_swaps(swapped), 1))
         latent = channels_last(torch.randn(1, 16, 32, 32, device="cuda"))
         layouts = []
 
@@ -1107,6 +1112,240 @@ class TestPaddedOutput(unittest.TestCase):
                 self.assertLess(error, 1e-2, f"{fmt} compiled")
         SUMMARY.append(("pad", "causal block, pads fused", f"eager: the unfused swap's bits; compiled rel. L2 "
                                                            f"{error:.1e}"))
+
+def with_input_bias(x, input_bias):
+    """x + input_bias.view(1, C, 1, ...) as PyTorch adds them, in x's dtype: the tensor gnsilu normalizes when given
+    input_bias."""
+    return x + input_bias.view(1, -1, *([1] * (x.dim() - 2)))
+
+
+def same_bits_or_nan(a, b):
+    """same_bits, where NaN positions must be the same and a NaN's payload may differ (a NaN group's outputs)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    a, b = a.contiguous(), b.contiguous()
+    nan = torch.isnan(a)
+    return torch.equal(nan, torch.isnan(b)) and same_bits(a.masked_fill(nan, 0), b.masked_fill(nan, 0))
+
+
+@unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
+class TestInputBias(unittest.TestCase):
+    """input_bias (a convolution's bias handed over): every call with it gives the bits of the same call on x +
+    input_bias as PyTorch computes that sum in x's dtype; the swap's moved biases in a decoder."""
+
+    device = "cuda"
+
+    def generator(self, seed):
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    def randn(self, *shape, generator):
+        return torch.randn(*shape, generator=generator, device=self.device)
+
+    def test_bits_equal_the_call_on_the_sum(self):
+        # Small shapes (the fused path's without a bias: a biased call takes the split path) and large ones.
+        shapes = [((2, 64, 12, 10), 32), ((3, 96, 7), 3), ((1, 64, 4, 6, 5), 16), ((4, 32), 8),
+                  ((1, 512, 64, 64), 32), ((2, 128, 96, 96), 32), ((1, 64, 8, 64, 64), 32)]
+        generator = self.generator(21)
+        cases = 0
+        for shape, groups in shapes:
+            for dtype in (torch.bfloat16, torch.float16, torch.float32):
+                x = (3 * self.randn(*shape, generator=generator) + 1).to(dtype)
+                input_bias = (2 * self.randn(shape[1], generator=generator)).to(dtype)
+                other = (2 * self.randn(shape[1], generator=generator)).to(dtype)
+                weight = 1 + 0.5 * self.randn(shape[1], generator=generator)
+                bias = 0.5 * self.randn(shape[1], generator=generator)
+                layouts = {"contiguous": x, "channels_last": channels_last(x)} if x.dim() >= 3 else {"contiguous": x}
+                for layout, v in layouts.items():
+                    for activation in ("silu", None):
+                        with self.subTest(shape=shape, dtype=dtype, layout=layout, activation=activation):
+                            got = gnsilu.group_norm(v, groups, weight, bias, 1e-6, activation, input_bias=input_bias)
+                            expected = gnsilu.group_norm(with_input_bias(v, input_bias), groups, weight, bias, 1e-6,
+                                                         activation)
+                            self.assertTrue(same_bits(got, expected))
+                            self.assertEqual(got.stride(), torch.empty_like(v).stride())
+                            # The same key again (the fast path) with another input bias, then without one.
+                            again = gnsilu.group_norm(v, groups, weight, bias, 1e-6, activation, input_bias=other)
+                            self.assertTrue(same_bits(again, gnsilu.group_norm(
+                                with_input_bias(v, other), groups, weight, bias, 1e-6, activation)))
+                            plain = gnsilu.group_norm(v, groups, weight, bias, 1e-6, activation)
+                            self.assertFalse(same_bits(plain, got))
+                            cases += 1
+                    wide = gnsilu.group_norm_silu(v, groups, weight, bias, 1e-6, out_dtype=torch.float32,
+                                                  input_bias=input_bias)
+                    self.assertTrue(same_bits(wide, gnsilu.group_norm_silu(
+                        with_input_bias(v, input_bias), groups, weight, bias, 1e-6, out_dtype=torch.float32)))
+        SUMMARY.append(("ib", "input_bias == the call on x + b", f"{cases} cases bit-identical (small and large "
+                                                                 "shapes, 3 dtypes, both layouts)"))
+
+    def test_padded_regions_strided_and_the_ops(self):
+        from gnsilu import _strided
+        generator = self.generator(22)
+        for shape, pad in (((1, 64, 3, 40, 64), (1, 1, 1, 1, 2, 0)), ((1, 96, 30, 50), (1, 1, 1, 1))):
+            x = (3 * self.randn(*shape, generator=generator) + 100).to(torch.bfloat16)
+            input_bias = (5 * self.randn(shape[1], generator=generator)).to(torch.bfloat16)
+            weight, bias = self.randn(shape[1], generator=generator), self.randn(shape[1], generator=generator)
+            for fmt in (torch.contiguous_format, torch.channels_last if len(shape) == 4 else torch.channels_last_3d):
+                v = x.contiguous(memory_format=fmt)
+                for mode in ("replicate", "constant"):
+                    with self.subTest(shape=shape, format=fmt, mode=mode):
+                        got = gnsilu.group_norm(v, 32, weight, bias, pad=pad, pad_mode=mode, input_bias=input_bias)
+                        expected = gnsilu.group_norm(with_input_bias(v, input_bias), 32, weight, bias, pad=pad,
+                                                     pad_mode=mode)
+                        self.assertTrue(same_bits(got, expected))
+                        op = torch.ops.gnsilu.group_norm_padded(v, 32, weight, bias, 1e-6, "silu", list(pad), mode,
+                                                                0.0, None, input_bias)
+                        self.assertTrue(same_bits(op, expected))
+                unpadded = torch.ops.gnsilu.group_norm(v, 32, weight, bias, 1e-6, "silu", None, input_bias)
+                self.assertTrue(same_bits(unpadded, gnsilu.group_norm(with_input_bias(v, input_bias), 32, weight,
+                                                                      bias)))
+        # Regions: records of tiles with the input bias, merged, applied with it: the whole call's bits.
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            for fmt in (torch.contiguous_format, torch.channels_last):
+                x = (3 * self.randn(2, 64, 48, 40, generator=generator) + 1).to(dtype).contiguous(memory_format=fmt)
+                input_bias = (2 * self.randn(64, generator=generator)).to(dtype)
+                w, b = self.randn(64, generator=generator), self.randn(64, generator=generator)
+                with self.subTest(regions=dtype, format=fmt):
+                    whole = gnsilu.group_norm_silu(with_input_bias(x, input_bias), 16, w, b)
+                    tiles = [x[:, :, :20, :17], x[:, :, :20, 17:], x[:, :, 20:, :], x[:, :, 48:, :]]
+                    merged = gnsilu.merge_stats(*[gnsilu.group_stats(t, 16, input_bias=input_bias) for t in tiles])
+                    self.assertTrue(same_bits(gnsilu.group_norm_apply(x, merged, w, b, input_bias=input_bias), whole))
+                    part = gnsilu.group_norm_apply(tiles[1], merged, w, b, input_bias=input_bias)
+                    self.assertTrue(same_bits(part, whole[:, :, :20, 17:]))
+        # The strided orders (gnsilu._strided: per-piece records with the input bias, plane biases for channels first).
+        with mock.patch.object(_strided, "MIN_BYTES", 0):
+            for view, stored in ((lambda d: d.transpose(1, 2), (2, 3, 64, 10, 12)),
+                                 (lambda d: d.transpose(1, 2)[0], (1, 64, 3, 10, 12))):
+                x = view((3 * self.randn(*stored, generator=generator) + 1).to(torch.bfloat16))
+                input_bias = (2 * self.randn(64, generator=generator)).to(torch.bfloat16)
+                with self.subTest(strided=_strided.plan(x)):
+                    got = _strided.group_norm(torch, x, 16, None, None, 1e-6, "silu", input_bias=input_bias)
+                    expected = gnsilu.group_norm_silu(with_input_bias(x, input_bias).contiguous(), 16)
+                    self.assertTrue(same_bits(got.contiguous(), expected))
+                    op = torch.ops.gnsilu.group_norm(x, 16, None, None, 1e-6, "silu", None, input_bias)
+                    self.assertTrue(same_bits(op.contiguous(), expected))
+        if self.device == "cuda":
+            x = self.randn(2, 64, 12, 10, generator=generator).to(torch.bfloat16)
+            samples = [(x, 8, None, None, 1e-6, "silu", None, x[0, :, 0, 0].clone()),
+                       (channels_last(x), 8, None, None, 1e-6, "none", torch.float32, x[1, :, 0, 0].clone())]
+            for args in samples:
+                result = torch.library.opcheck(torch.ops.gnsilu.group_norm.default, args)
+                self.assertTrue(all(v == "SUCCESS" for v in result.values()), result)
+        SUMMARY.append(("ib", "input_bias: padded, regions, strided orders, the ops", "bit-identical to x + b"))
+
+    def test_nan_and_inf(self):
+        """An Inf in x plus -Inf in its channel's input bias: NaN (in that group); +Inf biases a channel to Inf: the
+        bits of the call on PyTorch's x + b, NaN where it has NaN."""
+        generator = self.generator(23)
+        for shape in ((2, 64, 12, 10), (1, 512, 64, 64)):  # fused, split
+            for dtype in (torch.bfloat16, torch.float16, torch.float32):
+                for layout in ("contiguous", "channels_last"):
+                    x = self.randn(*shape, generator=generator).to(dtype)
+                    x[0, 5, 3, 4] = float("inf")
+                    input_bias = self.randn(shape[1], generator=generator).to(dtype)
+                    input_bias[5] = float("-inf")  # inf + -inf: NaN in sample 0, group 2; -inf elsewhere in ch. 5
+                    input_bias[40] = float("inf")
+                    v = channels_last(x) if layout == "channels_last" else x
+                    total = with_input_bias(v, input_bias)
+                    with self.subTest(shape=shape, dtype=dtype, layout=layout):
+                        self.assertTrue(torch.isnan(total).any())
+                        for activation in ("silu", None):
+                            got = gnsilu.group_norm(v, 32, activation=activation, input_bias=input_bias)
+                            expected = gnsilu.group_norm(total, 32, activation=activation)
+                            self.assertTrue(same_bits_or_nan(got, expected))
+                            self.assertTrue(torch.isnan(got).any() and not torch.isnan(got).all())
+        SUMMARY.append(("ib", "input_bias with Inf and NaN", "the bits of the call on x + b, NaN where it has NaN"))
+
+    def decoders(self, layout, seed):
+        """(float32 reference, bf16 original, swapped with biases moved, swapped without, counts, counts without)
+        of a Flux-like toy decoder."""
+        torch.manual_seed(seed)
+        decoder = toy_models.FluxLikeDecoder(block_out_channels=(64, 128, 128, 128), layers_per_block=1)
+        decoder = decoder.to(self.device).eval()
+        if layout == "channels_last":
+            decoder = decoder.to(memory_format=torch.channels_last)
+        reference = copy.deepcopy(decoder)
+        original = decoder.to(torch.bfloat16)
+        moved, kept = copy.deepcopy(original), copy.deepcopy(original)
+        counts = gt.swap_group_norm_silu(moved, return_counts=True)
+        kept_counts = gt.swap_group_norm_silu(kept, return_counts=True, move_bias=False)
+        return reference, original, moved, kept, counts, kept_counts
+
+    def test_swapped_decoder_with_moved_biases(self):
+        for layout in ("contiguous", "channels_last"):
+            reference, original, moved, kept, counts, kept_counts = self.decoders(layout, 24)
+            resnets = sum(isinstance(m, toy_models.ResnetBlock2D) for m in moved.modules())
+            self.assertEqual(counts, (toy_models.expected_swaps(moved), 1, 0, resnets))
+            self.assertEqual(kept_counts, (toy_models.expected_swaps(kept), 1, 0, 0))
+            latent = self.randn(1, 16, 32, 32, generator=self.generator(25))
+            if layout == "channels_last":
+                latent = channels_last(latent)
+            handed = []
+            taken = gt._handed_bias
+
+            def recording(norm, input):
+                bias = taken(norm, input)
+                handed.append(bias is not None)
+                return bias
+            with self.subTest(layout=layout), torch.inference_mode():
+                exact = reference(latent)
+                before = original(latent.bfloat16())
+                without = kept(latent.bfloat16())
+                with mock.patch.object(gt, "_handed_bias", recording):
+                    after = moved(latent.bfloat16())
+                self.assertEqual(sum(handed), resnets)  # every conv1 left its bias to its norm2, on gnsilu
+                before, after, without = before.float(), after.float(), without.float()
+                relative = relative_l2(after, before)
+                to_without = relative_l2(after, without)
+                before_error, after_error = relative_l2(before, exact.float()), relative_l2(after, exact.float())
+                # The existing tolerance of the swap (TestDecoder): no further than the bf16 decoder's own noise.
+                self.assertLess(relative, 2 * before_error)
+                self.assertLess(to_without, 2 * before_error)
+                self.assertLessEqual(after_error, 1.25 * before_error + 1e-3)
+                if self.device == "cuda":
+                    torch._dynamo.reset()
+                    compiled = torch.compile(moved, fullgraph=True)(latent.bfloat16()).float()
+                    drift = relative_l2(compiled, after)
+                    self.assertLess(drift, max(relative, 1e-2))
+                    eager_ms = median_ms(lambda: moved(latent.bfloat16()), 9)
+                    kept_ms = median_ms(lambda: kept(latent.bfloat16()), 9)
+                else:
+                    drift = eager_ms = kept_ms = 0.0
+                SUMMARY.append(("ib", f"decoder, {layout}: {resnets} conv1 biases moved",
+                                f"relative L2 to PyTorch {relative:.2e}, to the swap without the move "
+                                f"{to_without:.2e}; to float32 before {before_error:.2e}, after {after_error:.2e}; "
+                                f"compiled drift "
+                                f"{drift:.2e}; eager {kept_ms:.3f} ms -> {eager_ms:.3f} ms"))
+
+    def test_diffusers_flux_vae_decode(self):
+        try:
+            from diffusers import AutoencoderKL
+        except ImportError:
+            self.skipTest("diffusers is not installed")
+        torch.manual_seed(26)
+        config = dict(down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+                      block_out_channels=(64, 128, 128, 128), layers_per_block=2, latent_channels=16,
+                      norm_num_groups=32, use_quant_conv=False, use_post_quant_conv=False)
+        vae = AutoencoderKL(**config).to(self.device).eval()
+        reference = copy.deepcopy(vae)
+        original = vae.to(torch.bfloat16).to(memory_format=torch.channels_last)
+        moved = copy.deepcopy(original)
+        counts = gt.swap_group_norm_silu(moved, return_counts=True)
+        decoder_resnets = [m for m in moved.decoder.modules() if type(m).__name__ == "ResnetBlock2D"]
+        self.assertEqual(len(decoder_resnets), 14)
+        self.assertTrue(all(isinstance(m.conv1, gt._BiasMovingConv) for m in decoder_resnets))
+        self.assertEqual(counts.biases_moved, 24)  # and the encoder's 10
+        latent = channels_last(self.randn(1, 16, 32, 32, generator=self.generator(27)))
+        with torch.inference_mode():
+            exact = reference.decode(latent).sample.float()
+            before = original.decode(latent.bfloat16()).sample.float()
+            after = moved.decode(latent.bfloat16()).sample.float()
+        relative, before_error = relative_l2(after, before), relative_l2(before, exact)
+        after_error = relative_l2(after, exact)
+        self.assertLess(relative, 2 * before_error)
+        self.assertLessEqual(after_error, 1.25 * before_error + 1e-3)
+        SUMMARY.append(("ib", "diffusers Flux-style AutoencoderKL decode, 24 biases moved",
+                        f"relative L2 {relative:.2e}; to float32 before {before_error:.2e}, after {after_error:.2e}"))
+
 
 if __name__ == "__main__":
     sys.exit(main())

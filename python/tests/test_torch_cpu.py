@@ -14,7 +14,11 @@ script, which ctest reports as Skipped):
   equals the checked path's, and what still takes the checked path;
 - layout_of on tensors against torch's own is_contiguous(memory_format=...), the torch path of group_norm with CUDA
   pretended (the layout passed, copies, out checks), GroupNormSiLU, GroupNorm and swap_group_norm_silu on CPU
-  tensors giving PyTorch's exact results.
+  tensors giving PyTorch's exact results;
+- input_bias: every argument error names it (functions, regions, ops), the problem and the fast-path key carry it,
+  the ops on CPU tensors are PyTorch's ops on x + b bit for bit (fake, opcheck, torch.compile), the CPU reference's
+  regions with it, and the swap's bias move (a ResnetBlock2D-like block: conv1 without its bias, norm2 adding it;
+  the original computation with temb, with autograd, outside the block; eager, compiled, copied; what is not moved).
 """
 import collections
 import contextlib
@@ -116,11 +120,13 @@ class TestOperator(unittest.TestCase):
         schema = op._schema
         self.assertEqual(schema.name, "gnsilu::group_norm")
         self.assertEqual([a.name for a in schema.arguments],
-                         ["x", "num_groups", "weight", "bias", "eps", "activation", "out_dtype"])
+                         ["x", "num_groups", "weight", "bias", "eps", "activation", "out_dtype", "input_bias"])
         for declared in ("Tensor x", "int num_groups", "Tensor? weight", "Tensor? bias", "float eps",
-                         "str activation", "ScalarType? out_dtype", "-> Tensor"):
+                         "str activation", "ScalarType? out_dtype", "Tensor? input_bias", "-> Tensor"):
             self.assertIn(declared, str(schema))
-        self.assertEqual([a.default_value for a in schema.arguments[2:]], [None, None, 1e-6, "silu", None])
+        self.assertEqual([a.default_value for a in schema.arguments[2:]], [None, None, 1e-6, "silu", None, None])
+        padded = torch.ops.gnsilu.group_norm_padded.default._schema
+        self.assertEqual((padded.arguments[-1].name, padded.arguments[-1].default_value), ("input_bias", None))
         self.assertEqual([str(r.type) for r in schema.returns], ["Tensor"])
         import importlib
         importlib.reload(gt)  # importing again keeps the one registration
@@ -590,6 +596,35 @@ class TestFastPath(unittest.TestCase):
         self.assertTrue(torch.equal(y, F.silu(F.group_norm(x, 4, module.weight, module.bias, module.eps))))
 
 
+    def test_input_bias_has_a_key_of_its_own(self):
+        """A call with input_bias and one without never share a key (the cached problem would drop or invent the
+        bias); calls with input_bias take the fast path with this call's input_bias pointer."""
+        weight = torch.randn(8)
+        x = torch.randn(2, 8, 4, 5).bfloat16().to(memory_format=torch.channels_last)
+        first, second = torch.randn(8).bfloat16(), torch.randn(8).bfloat16()
+        with self.pretend_cuda() as (checked, fast), torch.no_grad():
+            gnsilu.group_norm(x, 4, weight, input_bias=first)  # checked
+            gnsilu.group_norm(x, 4, weight)  # no input bias: another key, checked
+            gnsilu.group_norm(x, 4, weight, input_bias=second)  # fast, with `second`
+            gnsilu.group_norm(x, 4, weight)  # fast, no input bias
+            gnsilu.group_norm(x, 4, weight, input_bias=torch.randn(16).bfloat16()[::2])  # strided: copied, not fast
+        self.assertEqual((len(checked), len(fast.problems)), (3, 2))
+        self.assertEqual(checked[0]["input_bias"], first.data_ptr())
+        self.assertIsNone(checked[1]["input_bias"])
+        self.assertEqual(fast.problems[0][0]["input_bias"], second.data_ptr())
+        self.assertIsNone(fast.problems[1][0]["input_bias"])
+        for name in PROBLEM_FIELDS:
+            if name not in ("x", "y", "input_bias"):
+                self.assertEqual(fast.problems[0][0][name], checked[0][name], name)
+        with self.pretend_cuda() as (checked, fast):
+            with torch.no_grad():
+                gnsilu.group_norm(x, 4, weight, input_bias=first)
+            with self.assertRaises(gnsilu.InvalidArgumentError) as caught:  # grad mode: the checked path refuses
+                gnsilu.group_norm(x, 4, weight, input_bias=first.clone().requires_grad_())
+            self.assertIn("'input_bias'", str(caught.exception))
+        self.assertEqual((len(checked), len(fast.problems)), (1, 0))
+
+
 class TestDeclined(unittest.TestCase):
     """A swapped module that hands an input gnsilu would be expected to take to PyTorch says so once, naming itself
     and why (here CPU tensors stand in for CUDA ones: modules_take_cpu)."""
@@ -934,8 +969,9 @@ class TestTorchOnCPU(unittest.TestCase):
         with torch.no_grad():
             expected = decoder(latent)
             counts = self.gt.swap_group_norm_silu(decoder, return_counts=True)
-            self.assertEqual(counts, self.gt.SwapCounts(self.models.expected_swaps(decoder), 1))
-            self.assertEqual((counts.pairs, counts.plain, counts.padded), tuple(counts))
+            resnets = sum(isinstance(m, self.models.ResnetBlock2D) for m in decoder.modules())  # conv1 -> norm2 each
+            self.assertEqual(counts, self.gt.SwapCounts(self.models.expected_swaps(decoder), 1, 0, resnets))
+            self.assertEqual((counts.pairs, counts.plain, counts.padded, counts.biases_moved), tuple(counts))
             got = decoder(latent)
         self.assertTrue(torch.equal(got, expected))
         self.assertEqual(list(decoder.state_dict()), keys)
@@ -961,7 +997,7 @@ class TestTorchOnCPU(unittest.TestCase):
         # plain=False: only the pairs, as before.
         decoder = self.models.FluxLikeDecoder(block_out_channels=(32, 64, 64, 64), layers_per_block=1)
         self.assertEqual(self.gt.swap_group_norm_silu(decoder, plain=False, return_counts=True),
-                         self.gt.SwapCounts(self.models.expected_swaps(decoder), 0))
+                         self.gt.SwapCounts(self.models.expected_swaps(decoder), 0, 0, resnets))
         self.assertIs(type(decoder.mid_block.attentions[0].group_norm), nn.GroupNorm)
         self.assertEqual(self.gt.swap_group_norm_silu(decoder, return_counts=True), self.gt.SwapCounts(0, 1))
 
@@ -1168,6 +1204,342 @@ class TestStridedOrders(unittest.TestCase):
                 if not copies:
                     sized = [d for d in range(x.dim()) if x.shape[d] > 1]  # a size-1 dimension's stride: any
                     self.assertEqual([y.stride(d) for d in sized], [x.stride(d) for d in sized])
+
+
+class BiasBlock(nn.Module if torch is not None else object):
+    """diffusers' ResnetBlock2D in miniature as a VAE decoder runs it: norm1 -> SiLU -> conv1 -> (+ temb, when one is
+    given) -> norm2 -> SiLU -> conv2, plus the input. conv1's output goes only to norm2 while temb is None."""
+
+    def __init__(self, channels=16, groups=4):
+        super().__init__()
+        self.norm1 = nn.GroupNorm(groups, channels)
+        self.nonlinearity = nn.SiLU()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.norm2 = nn.GroupNorm(groups, channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x, temb=None):
+        h = self.nonlinearity(self.norm1(x))
+        h = self.conv1(h)
+        if temb is not None:
+            h = h + temb[:, :, None, None]
+        h = self.norm2(h)
+        h = self.nonlinearity(h)
+        return self.conv2(h) + x
+
+
+def moved_reference(block, x):
+    """BiasBlock's computation with conv1's bias added as gnsilu's input_bias is: conv1(x, w, None) + b in x's dtype,
+    then group_norm of that sum (PyTorch's ops, what the swapped block runs on the CPU)."""
+    h = F.silu(F.group_norm(x, block.norm1.num_groups, block.norm1.weight, block.norm1.bias, block.norm1.eps))
+    h = F.conv2d(h, block.conv1.weight, None, padding=1) + block.conv1.bias.view(1, -1, 1, 1)
+    h = F.silu(F.group_norm(h, block.norm2.num_groups, block.norm2.weight, block.norm2.bias, block.norm2.eps))
+    return block.conv2(h) + x
+
+
+@contextlib.contextmanager
+def biases_move_on_cpu():
+    """The modules hand CPU tensors to the op (PyTorch's ops behind it), and moved convolutions leave their bias to
+    their norm there too (by default only CUDA tensors do: where gnsilu adds it)."""
+    with mock.patch.object(gt, "_DEVICE_TYPES", ("cpu",)), mock.patch.object(gt, "_BIAS_DEVICE_TYPES", ("cpu",)):
+        yield
+
+
+def graph_nodes(recorded):
+    """A torch.compile backend recording (target, args) of each call_function node."""
+    def backend(graph_module, example_inputs):
+        recorded.extend((node.target, node.args) for node in graph_module.graph.nodes if node.op == "call_function")
+        return graph_module
+    return backend
+
+
+def relative_l2(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@unittest.skipIf(torch is None, "PyTorch is not installed")
+class TestInputBias(unittest.TestCase):
+    """input_bias: the functions' checks and the problem they pass, the ops (CPU: PyTorch's ops on x + input_bias,
+    bit for bit; fake; opcheck; torch.compile), and the swap's bias move (conv1 -> norm2) eager and compiled."""
+
+    def setUp(self):
+        torch.manual_seed(0)
+
+    def assertNames(self, argument, call):
+        with self.assertRaises(Exception) as caught:
+            call()
+        self.assertIn(f"'{argument}'", str(caught.exception))
+        return str(caught.exception)
+
+    def test_arguments_name_input_bias(self):
+        x = torch.randn(2, 8, 4, 5).bfloat16()
+        stats = torch.zeros(2, 4, gnsilu.STATS_WORDS, dtype=torch.int64)
+        bad = [(torch.randn(8), "dtype torch.float32"), (torch.randn(7).bfloat16(), "(8,)"),
+               (torch.randn(1, 8).bfloat16(), "(8,)"), ([0.0] * 8, "got list"),
+               (torch.empty(8, dtype=torch.bfloat16, device="meta"), "meta")]
+        calls = {"group_norm": lambda b: gnsilu.group_norm(x, 4, input_bias=b),
+                 "group_norm_silu": lambda b: gnsilu.group_norm_silu(x, 4, input_bias=b),
+                 "padded": lambda b: gnsilu.group_norm(x, 4, pad=(1, 1), input_bias=b),
+                 "group_stats": lambda b: gnsilu.group_stats(x, 4, input_bias=b),
+                 "group_norm_apply": lambda b: gnsilu.group_norm_apply(x, stats, input_bias=b),
+                 "op": lambda b: torch.ops.gnsilu.group_norm(x, 4, None, None, 1e-6, "silu", None, b),
+                 "padded op": lambda b: torch.ops.gnsilu.group_norm_padded(x, 4, None, None, 1e-6, "silu", [1, 1],
+                                                                           "constant", 0.0, None, b)}
+        recorder = RecordedCall()
+        with mock.patch.object(_lib, "call", recorder):
+            for name, call in calls.items():
+                for value, words in bad:
+                    if name.endswith("op") and words in ("got list", "meta"):
+                        continue  # the dispatcher's own: a list is no Tensor?, a meta tensor runs the fake kernel
+                    with self.subTest(call=name, input_bias=words):
+                        # The functions refuse CPU tensors (the checks run first with CUDA pretended); group_stats
+                        # and group_norm_apply take them (the CPU reference), the op runs PyTorch's ops on them.
+                        pretend = mock.patch.object(torch.Tensor, "is_cuda", True) if name in (
+                            "group_norm", "group_norm_silu", "padded") else contextlib.nullcontext()
+                        with pretend:
+                            self.assertIn(words, self.assertNames("input_bias", lambda: call(value)))
+            with mock.patch.object(torch.Tensor, "is_cuda", True):
+                message = self.assertNames("input_bias", lambda: gnsilu.group_norm(
+                    x.float(), 4, input_bias=torch.randn(8, requires_grad=True)))
+            self.assertIn("requires grad", message)
+        self.assertEqual(recorder.calls, [])  # refused in Python, before any C call
+
+    @contextlib.contextmanager
+    def pretend_cuda(self):
+        recorder = RecordedCall()
+        stream = types.SimpleNamespace(cuda_stream=0x5150)
+        with mock.patch.object(torch.Tensor, "is_cuda", True), \
+                mock.patch.object(torch.cuda, "device", lambda device: contextlib.nullcontext()), \
+                mock.patch.object(torch.cuda, "current_stream", lambda device=None: stream), \
+                mock.patch.object(_lib, "call", recorder), mock.patch.object(_torch_adapter, "_FAST_LIMIT", 0):
+            yield recorder
+
+    def test_the_problem_carries_input_bias(self):
+        x = torch.randn(2, 8, 4, 5).half().to(memory_format=torch.channels_last)
+        b = torch.randn(8).half()
+        with self.pretend_cuda() as recorder:
+            gnsilu.group_norm(x, 4, input_bias=b)
+            gnsilu.group_norm_silu(x, 4)
+            gnsilu.group_norm(x, 4, pad=(1, 1, 0, 2), input_bias=b)
+            strided = torch.randn(16).half()[::2]
+            gnsilu.group_norm_silu(x, 4, input_bias=strided)  # made contiguous first, as weight and bias are
+        problems = [fields for _, fields, _ in recorder.calls]
+        self.assertEqual([p["input_bias"] for p in problems[:3]], [b.data_ptr(), None, b.data_ptr()])
+        self.assertNotIn(problems[3]["input_bias"], (None, strided.data_ptr()))
+        self.assertEqual((len(problems), problems[2]["pad_count"]), (4, 4))  # the padded call: one problem
+
+    def test_op_on_the_cpu_is_pytorch_on_the_sum(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            for fmt in (torch.contiguous_format, torch.channels_last):
+                x = (torch.randn(2, 8, 4, 5) * 3).to(dtype).to(memory_format=fmt)
+                weight, bias, input_bias = torch.randn(8), torch.randn(8), (torch.randn(8) * 4).to(dtype)
+                total = x + input_bias.view(1, 8, 1, 1)  # PyTorch's sum in x's dtype
+                with self.subTest(dtype=dtype, format=fmt):
+                    y = torch.ops.gnsilu.group_norm(x, 4, weight.to(dtype), bias.to(dtype), 1e-5, "silu", None,
+                                                    input_bias)
+                    self.assertTrue(torch.equal(y, F.silu(F.group_norm(total, 4, weight.to(dtype), bias.to(dtype),
+                                                                       1e-5))))
+                    self.assertEqual(y.stride(), x.stride())
+                    plain = torch.ops.gnsilu.group_norm(x, 4, None, None, 1e-6, "none", input_bias=input_bias)
+                    self.assertTrue(torch.equal(plain, F.group_norm(total, 4, eps=1e-6)))
+                    padded = torch.ops.gnsilu.group_norm_padded(x, 4, None, None, 1e-6, "silu", [1, 1, 2, 0],
+                                                                "replicate", 0.0, None, input_bias)
+                    expected = F.pad(F.silu(F.group_norm(total, 4, eps=1e-6)), [1, 1, 2, 0], mode="replicate")
+                    self.assertTrue(torch.equal(padded, expected))
+                    with FakeTensorMode() as mode:
+                        fake = torch.ops.gnsilu.group_norm(mode.from_tensor(x), 4, None, None, 1e-6, "silu",
+                                                           torch.float32, mode.from_tensor(input_bias))
+                    self.assertEqual((fake.shape, fake.stride(), fake.dtype), (x.shape, x.stride(), torch.float32))
+        x = torch.randn(2, 8, 4, 5)
+        for args in ((x, 4, torch.randn(8), None, 1e-5, "silu", None, torch.randn(8)),
+                     (x.to(memory_format=torch.channels_last), 2, None, None, 1e-6, "none", None, torch.randn(8))):
+            result = torch.library.opcheck(torch.ops.gnsilu.group_norm.default, args)
+            self.assertTrue(all(v == "SUCCESS" for v in result.values()), result)
+        result = torch.library.opcheck(torch.ops.gnsilu.group_norm_padded.default,
+                                       (x, 4, None, None, 1e-6, "silu", [1, 1], "constant", 0.5, None, torch.randn(8)))
+        self.assertTrue(all(v == "SUCCESS" for v in result.values()), result)
+
+    def test_op_with_input_bias_compiles(self):
+        class Caller(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+            def forward(self, x):
+                h = F.conv2d(x, self.conv.weight, None, padding=1)
+                return torch.ops.gnsilu.group_norm(h, 4, None, None, 1e-6, "silu", None, self.conv.bias)
+
+        caller = Caller().eval()
+        x = torch.randn(2, 8, 6, 5)
+        with torch.no_grad():
+            expected = F.silu(F.group_norm(F.conv2d(x, caller.conv.weight, None, padding=1)
+                                           + caller.conv.bias.view(1, 8, 1, 1), 4, eps=1e-6))
+            self.assertTrue(torch.equal(caller(x), expected))
+            for backend in ("eager", "aot_eager"):
+                torch._dynamo.reset()
+                ops = []
+                compiled = torch.compile(caller, backend=graph_ops(ops) if backend == "eager" else backend,
+                                         fullgraph=True)
+                with self.subTest(backend=backend):
+                    self.assertTrue(torch.equal(compiled(x), expected))
+                if backend == "eager":
+                    self.assertEqual(ops.count(OP), 1)
+
+    def swapped_block(self, **options):
+        """(the swapped BiasBlock, an unswapped copy, x, temb, the state_dict before the swap (cloned), its counts)."""
+        block = BiasBlock().eval()
+        with torch.no_grad():
+            for p in block.parameters():
+                p.normal_(0, 0.3)
+        original = copy.deepcopy(block)
+        x, temb = torch.randn(2, 16, 7, 6), torch.randn(2, 16)
+        state = {k: v.clone() for k, v in block.state_dict().items()}
+        counts = gt.swap_group_norm_silu(block, return_counts=True, **options)
+        return block, original, x, temb, state, counts
+
+    def test_swap_moves_conv1_bias_into_norm2(self):
+        block, original, x, temb, state, counts = self.swapped_block()
+        self.assertEqual(counts, gt.SwapCounts(2, 0, 0, 1))
+        self.assertIsInstance(block.conv1, nn.Conv2d)
+        self.assertIsInstance(block.conv1, gt._BiasMovingConv)
+        self.assertIs(type(block.conv2), nn.Conv2d)  # its output goes to the residual sum
+        self.assertIs(block.conv1._gnsilu_norm, block.norm2)
+        after = block.state_dict()
+        self.assertEqual(list(after), list(state))  # conv1.bias is where it was, the same values
+        self.assertTrue(all(torch.equal(after[k], v) for k, v in state.items()))
+        self.assertEqual(gt.swap_group_norm_silu(block, return_counts=True), gt.SwapCounts(0, 0))
+        calls = []
+        implementation = gt._op_implementation
+
+        def recording(*args, **kwargs):
+            calls.append(kwargs.get("input_bias", args[7] if len(args) > 7 else None))
+            return implementation(*args, **kwargs)
+        for layout in (torch.contiguous_format, torch.channels_last):
+            v = x.contiguous(memory_format=layout)
+            with self.subTest(layout=layout), biases_move_on_cpu(), torch.no_grad(), \
+                    mock.patch.object(gt, "_op_implementation", recording):
+                calls.clear()
+                y = block(v)
+                self.assertEqual(len(calls), 2)
+                self.assertIs(calls[1], block.conv1.bias)  # norm2 got conv1's bias as its input bias
+                self.assertTrue(torch.equal(y, moved_reference(block, v)))
+                self.assertLess(relative_l2(y, original(v)), 1e-5)  # conv1's own bias add rounds otherwise
+                self.assertFalse(block.conv1._gnsilu_move_bias)  # nothing held after the block's call
+                self.assertIsNone(block.norm2._gnsilu_biased)
+                calls.clear()
+                self.assertTrue(torch.equal(block(v, temb), original(v, temb)))  # temb: the original computation
+                self.assertEqual(calls, [None, None])
+                h = torch.randn(2, 16, 5, 5)
+                self.assertTrue(torch.equal(block.conv1(h), F.conv2d(h, block.conv1.weight, block.conv1.bias,
+                                                                      padding=1)))  # outside its block: its bias
+        with torch.no_grad():  # CPU tensors without the test hooks: the block as it was, bit for bit
+            self.assertTrue(torch.equal(block(x), original(x)))
+        block.norm2 = copy.deepcopy(original.norm2)  # norm2 replaced after the swap: conv1 keeps its bias
+        with biases_move_on_cpu(), torch.no_grad():
+            self.assertTrue(torch.equal(block(x), original(x)))
+
+    def test_swapped_block_compiles_with_the_moved_bias(self):
+        block, original, x, temb, _, _ = self.swapped_block()
+        with biases_move_on_cpu(), torch.no_grad():
+            eager = block(x)
+            before_temb = original(x, temb)
+            for backend in ("eager", "aot_eager"):
+                torch._dynamo.reset()
+                nodes = []
+                compiled = torch.compile(block, backend=graph_nodes(nodes) if backend == "eager" else backend,
+                                         fullgraph=True)
+                with self.subTest(backend=backend):
+                    self.assertTrue(torch.equal(compiled(x), eager))
+                    self.assertTrue(torch.equal(compiled(x, temb), before_temb))
+                    self.assertFalse(block.conv1._gnsilu_move_bias)
+                    self.assertIsNone(block.norm2._gnsilu_biased)
+                if backend == "eager":
+                    ops = [args for target, args in nodes if target in (torch.ops.gnsilu.group_norm,
+                                                                        torch.ops.gnsilu.group_norm.default)]
+                    convs = [args for target, args in nodes if "conv2d" in str(target)]
+                    # Without temb: norm1, norm2 (with an input bias) and conv1 without its bias; with temb (its own
+                    # graph): conv1 with its bias, norm2 without an input bias.
+                    with_input_bias = [args for args in ops if len(args) > 7 and args[7] is not None]
+                    self.assertEqual((len(ops), len(with_input_bias)), (4, 1), ops)
+                    self.assertEqual(sum(args[2] is None for args in convs), 1, convs)
+
+    def test_autograd_keeps_the_bias_in_the_conv(self):
+        block, original, x, _, _, _ = self.swapped_block()
+        with biases_move_on_cpu():
+            y = block(x)  # grad mode, parameters that require grad: the original computation
+        self.assertTrue(torch.equal(y, original(x)))
+        y.sum().backward()
+        self.assertIsNotNone(block.conv1.bias.grad)
+
+    def test_copies_keep_their_own_move(self):
+        block, _, x, _, _, _ = self.swapped_block()
+        buffer = io.BytesIO()
+        torch.save(block, buffer)
+        buffer.seek(0)
+        for name, clone in (("deepcopy", copy.deepcopy(block)), ("pickle", torch.load(buffer, weights_only=False))):
+            with self.subTest(name), biases_move_on_cpu(), torch.no_grad():
+                self.assertIs(clone.conv1._gnsilu_norm, clone.norm2)
+                self.assertTrue(torch.equal(clone(x), moved_reference(clone, x)))
+                self.assertFalse(block.conv1._gnsilu_move_bias)  # the original's conv untouched by the clone's hooks
+
+    def test_what_is_not_moved(self):
+        block, original, x, _, _, counts = self.swapped_block(move_bias=False)
+        self.assertEqual(counts, gt.SwapCounts(2, 0, 0, 0))
+        self.assertIs(type(block.conv1), nn.Conv2d)
+        self.assertEqual((len(block._forward_pre_hooks), len(block._forward_hooks)), (0, 0))
+        with biases_move_on_cpu(), torch.no_grad():
+            self.assertTrue(torch.equal(block(x), original(x)))
+        cases = {"no bias": lambda b: setattr(b, "conv1", nn.Conv2d(16, 16, 3, padding=1, bias=False)),
+                 "shared conv": lambda b: setattr(b, "other", nn.ModuleList([b.conv1])),
+                 "hooked conv": lambda b: b.conv1.register_forward_hook(lambda m, i, o: None),
+                 "own forward": lambda b: setattr(b, "forward", b.forward)}
+        for name, change in cases.items():
+            with self.subTest(name):
+                block = BiasBlock().eval()
+                change(block)
+                self.assertEqual(gt.swap_group_norm_silu(block, return_counts=True).biases_moved, 0)
+        block = BiasBlock().eval()  # norm2 left a plain nn.GroupNorm (plain=False, no pair): not a gnsilu norm
+        block.nonlinearity.register_forward_hook(lambda m, i, o: None)
+        self.assertEqual(gt.swap_group_norm_silu(block, plain=False, return_counts=True), gt.SwapCounts(0, 0))
+        # HandOffBlock's conv runs twice, ResnetBlock2D with a time embedding projection computes between conv1 and
+        # norm2: nothing moves.
+        self.assertEqual(gt.swap_group_norm_silu(HandOffBlock(), return_counts=True).biases_moved, 0)
+        resnet = toy_models.ResnetBlock2D(32, 32, temb_channels=8)
+        self.assertEqual(gt.swap_group_norm_silu(resnet, return_counts=True).biases_moved, 0)
+
+    def test_regions_with_input_bias_on_the_cpu_reference(self):
+        from test_cpu import library_takes_input_bias
+        if not library_takes_input_bias():
+            self.skipTest(f"{gnsilu.library_path()} predates input_bias (0.3): rebuild the library")
+        from gnsilu import _strided
+        torch.manual_seed(6)
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            for fmt in (torch.contiguous_format, torch.channels_last):
+                x = (torch.randn(2, 16, 12, 10) * 3 + 1).to(dtype).contiguous(memory_format=fmt)
+                b = (torch.randn(16) * 5).to(dtype)
+                w, bias = torch.randn(16), torch.randn(16)
+                total = x + b.view(1, 16, 1, 1)
+                with self.subTest(dtype=dtype, format=fmt):
+                    stats = gnsilu.group_stats(x, 4, input_bias=b)
+                    self.assertTrue(torch.equal(stats, gnsilu.group_stats(total, 4)))
+                    y = gnsilu.group_norm_apply(x, stats, w, bias, input_bias=b)
+                    expected = gnsilu.group_norm_apply(total, stats, w, bias)
+                    self.assertTrue(torch.equal(y, expected))
+                    tiles = [x[:, :, :5], x[:, :, 5:], x[:, :, 12:]]  # views; the last empty
+                    merged = gnsilu.merge_stats(*[gnsilu.group_stats(t, 4, input_bias=b) for t in tiles])
+                    self.assertTrue(torch.equal(gnsilu.group_norm_apply(x, merged, w, bias, input_bias=b), y))
+                    part = gnsilu.group_norm_apply(tiles[1], merged, w, bias, input_bias=b)
+                    self.assertTrue(torch.equal(part, y[:, :, 5:]))
+        with mock.patch.object(_strided, "MIN_BYTES", 0):
+            for view, stored in ((lambda d: d.transpose(1, 2), (2, 3, 16, 5, 6)),
+                                 (lambda d: d.transpose(1, 2)[0], (1, 16, 3, 5, 6))):
+                x = view(torch.randn(stored).to(torch.bfloat16))
+                b = torch.randn(16).to(torch.bfloat16)
+                y = _strided.group_norm(torch, x, 4, None, None, 1e-6, "silu", input_bias=b)
+                dense = x.contiguous() + b.view(1, 16, *([1] * (x.dim() - 2)))
+                expected = gnsilu.group_norm_apply(dense, gnsilu.group_stats(dense, 4), None, None, 1e-6, "silu")
+                self.assertTrue(torch.equal(y, expected))
 
 
 def _rank_split_worker(rank, world, init_file, result_file):

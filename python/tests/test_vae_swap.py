@@ -10,8 +10,11 @@ For each model: the output before the swap (contiguous input, and channels_last 
 5-D models), the swap with return_counts=True against the exact counts read from diffusers' code (below, per
 test), the state_dict unchanged (keys and values), every plain nn.GroupNorm replaced, a second swap replacing
 nothing, and the output after the swap equal to the one before bit for bit (torch.equal): on CPU the swapped
-modules run PyTorch's own F.silu(F.group_norm(...)). The outputs of channels-last inputs are compared with the
-unswapped model's output for the same input (convolutions need not give the same bits in both formats).
+modules run PyTorch's own F.silu(F.group_norm(...)), and the convolutions whose bias moved keep it (the move is for
+CUDA tensors). The outputs of channels-last inputs are compared with the unswapped model's output for the same
+input (convolutions need not give the same bits in both formats). Where biases moved, the model runs again with the
+move on CPU tensors (as on the GPU: each moved conv without its bias, its norm adding it as input_bias, here
+PyTorch's x + b): every moved bias handed over, the output within FP32 rounding of the model before the swap.
 
 The counts are those of diffusers 0.42.1 with these configurations; another diffusers version may build other
 blocks. Where a GroupNorm+SiLU pair in the code is not proven, the test says why.
@@ -23,6 +26,7 @@ import sys
 import time
 import unittest
 import unittest.mock
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -87,14 +91,50 @@ def sample_of(model, x):
     return model(x).sample
 
 
-def check(name, config, x, pairs, plain, run=sample_of, channels_last=True, padded=0):
-    """The model autoencoders.<name>(**config), seeded; run(model, x): its output(s); pairs, plain, padded: the
+def check(name, config, x, pairs, plain, run=sample_of, channels_last=True, padded=0, moved=0):
+    """The model autoencoders.<name>(**config), seeded; run(model, x): its output(s); pairs, plain, padded, moved: the
     expected SwapCounts. Returns the swapped model."""
     require()
     cls = vae_class(name)
     with one_thread():
         torch.manual_seed(0)
-        return _check(cls(**config).eval(), x, run, pairs, plain, channels_last, padded)
+        return _check(cls(**config).eval(), x, run, pairs, plain, channels_last, padded, moved)
+
+
+@contextlib.contextmanager
+def biases_move_on_cpu():
+    """The swapped modules take CPU tensors (the op runs PyTorch's ops on them) and the convolutions whose bias moved
+    leave it to their norm there too (by default only on CUDA tensors, where gnsilu adds it)."""
+    with unittest.mock.patch.object(gt, "_DEVICE_TYPES", ("cpu",)), \
+            unittest.mock.patch.object(gt, "_BIAS_DEVICE_TYPES", ("cpu",)):
+        yield
+
+
+def _check_moved(model, inputs, run, before, moved):
+    """With the bias move on CPU tensors: every one of the `moved` convolutions hands its output without its bias to
+    its norm, which adds the bias (PyTorch's x + b in x's dtype, then its group_norm): the output within FP32
+    rounding of the model before the swap (conv(x) + b rounds once more than conv(x, b)); nothing held after."""
+    convs = [m for m in model.modules() if isinstance(m, gt._BiasMovingConv)]
+    assert len(convs) == moved, (len(convs), moved)
+    assert all(type(m._gnsilu_norm) in gt._BIAS_NORMS for m in convs)
+    handed = set()
+    taken = gt._handed_bias
+
+    def recording(norm, input):
+        bias = taken(norm, input)
+        if bias is not None:
+            handed.add(id(norm))
+        return bias
+    with biases_move_on_cpu(), torch.no_grad(), unittest.mock.patch.object(gt, "_handed_bias", recording), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # PyTorch's ops for inputs in neither layout: expected
+        for name, v in inputs.items():
+            after = as_tuple(run(model, v))
+            for a, b in zip(after, before[name]):
+                error = _relative_l2(a, b)
+                assert a.shape == b.shape and error < 1e-5, f"{name}: moved biases: relative L2 {error:.3g}"
+    assert handed == {id(m._gnsilu_norm) for m in convs}, f"{len(handed)} of {moved} norms got their conv's bias"
+    assert not any(m._gnsilu_move_bias for m in convs) and all(m._gnsilu_norm._gnsilu_biased is None for m in convs)
 
 
 @contextlib.contextmanager
@@ -141,7 +181,7 @@ def _check_padded(model, inputs, run, before, padded):
             assert getattr(m, "_gnsilu_padded") is None  # nothing held after a decode
 
 
-def _check(model, x, run, pairs, plain, channels_last, padded=0):
+def _check(model, x, run, pairs, plain, channels_last, padded=0, moved=0):
     inputs = {"contiguous": x}
     if channels_last and x.dim() in (4, 5):
         inputs["channels_last"] = x.to(memory_format=channels_last_of(x))
@@ -151,7 +191,7 @@ def _check(model, x, run, pairs, plain, channels_last, padded=0):
     group_norms = count(model, nn.GroupNorm, exact=False)  # subclasses too (MiniMaxH3VideoGroupNorm)
 
     counts = gt.swap_group_norm_silu(model, return_counts=True)
-    assert counts == gt.SwapCounts(pairs, plain, padded), counts
+    assert counts == gt.SwapCounts(pairs, plain, padded, moved), counts
     assert count(model, gt.PaddedInputConv) == padded
     assert counts.pairs + counts.plain == group_norms, (counts, group_norms)
     assert count(model, nn.GroupNorm) == 0  # no plain nn.GroupNorm left
@@ -176,6 +216,8 @@ def _check(model, x, run, pairs, plain, channels_last, padded=0):
                     assert a.shape == b.shape and torch.equal(a, b), f"{name}, {mode.__name__}: swapped output differs"
     if padded:
         _check_padded(model, inputs, run, before, padded)
+    if moved:
+        _check_moved(model, inputs, run, before, moved)
     return model
 
 
@@ -187,14 +229,68 @@ def randn(*shape):
 
 # ---- the image VAEs built from diffusers' Encoder/Decoder (vae.py): ResnetBlock2D norm1/norm2 -> nonlinearity,
 # ---- conv_norm_out -> conv_act. Each has 10 ResnetBlock2D + 2 conv_norm_out = 22 pairs, all proven; the 2 mid-block
-# ---- attention group_norms (not followed by a SiLU) become plain GroupNorms.
+# ---- attention group_norms (not followed by a SiLU) become plain GroupNorms. Each ResnetBlock2D (no time embedding
+# ---- projection: `if self.time_emb_proj is not None:` decided) hands conv1's output to norm2 while temb is None:
+# ---- 10 conv1 biases moved.
 TINY_2D = dict(down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2,
                norm_num_groups=8, latent_channels=4)
 
 
 def test_autoencoder_kl():
     config = dict(TINY_2D, block_out_channels=(32, 64), layers_per_block=1)
-    check("AutoencoderKL", config, randn(1, 3, 16, 16), pairs=22, plain=2)
+    check("AutoencoderKL", config, randn(1, 3, 16, 16), pairs=22, plain=2, moved=10)
+
+
+FLUX_LIKE = dict(down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+                 block_out_channels=(16, 32, 32, 32), layers_per_block=2, latent_channels=16, norm_num_groups=8,
+                 use_quant_conv=False, use_post_quant_conv=False)  # Flux's VAE, its channels divided by 8
+
+
+def test_flux_decoder_moves_every_resnet_bias():
+    """A Flux-style AutoencoderKL: every ResnetBlock2D's conv1 bias moves into its norm2 (the decoder's 14: 2 in the
+    mid block, 3 in each of 4 up blocks; the encoder's 10; 2 pairs each, and conv_norm_out's: 50 pairs), conv1.bias
+    stays in the state_dict with its values, the decode with the move on CPU tensors is within FP32 rounding of the one
+    before, and compiles whole with the move; move_bias=False moves nothing."""
+    require()
+    cls = vae_class("AutoencoderKL")
+    latent = randn(1, 16, 4, 4)
+    with one_thread(), torch.no_grad():
+        torch.manual_seed(0)
+        vae = cls(**FLUX_LIKE).eval()
+        off = cls(**FLUX_LIKE).eval()
+        off.load_state_dict(vae.state_dict())
+        before = vae.decode(latent).sample
+        state = {k: v.clone() for k, v in vae.state_dict().items()}
+        resnets = [m for m in vae.decoder.modules() if type(m).__name__ == "ResnetBlock2D"]
+        encoder_resnets = sum(type(m).__name__ == "ResnetBlock2D" for m in vae.encoder.modules())
+        assert (len(resnets), encoder_resnets) == (14, 10)
+        counts = gt.swap_group_norm_silu(vae, return_counts=True)
+        assert counts == gt.SwapCounts(50, 2, 0, 24), counts
+        assert all(isinstance(m.conv1, gt._BiasMovingConv) and m.conv1._gnsilu_norm is m.norm2 for m in resnets)
+        assert all(type(m.conv2) is nn.Conv2d for m in resnets)
+        after = vae.state_dict()
+        assert list(after) == list(state) and all(torch.equal(after[k], v) for k, v in state.items())
+        assert torch.equal(vae.decode(latent).sample, before)  # CPU tensors: the convolutions keep their bias
+        with biases_move_on_cpu():
+            moved = vae.decode(latent).sample
+            # Compiled whole (fullgraph): the 14 convolutions without their bias, the 14 norm2 ops with it.
+            torch._dynamo.reset()
+            nodes = []
+
+            def backend(graph_module, example_inputs):
+                nodes.extend((n.target, n.args) for n in graph_module.graph.nodes if n.op == "call_function")
+                return graph_module
+            compiled = torch.compile(vae.decoder, backend=backend, fullgraph=True)(latent)
+        assert torch.equal(compiled, moved)
+        ops = [args for target, args in nodes if "gnsilu.group_norm" in str(target)]
+        assert sum(len(args) > 7 and args[7] is not None for args in ops) == 14, ops
+        assert sum("conv2d" in str(target) and args[2] is None for target, args in nodes) == 14
+        error = _relative_l2(moved, before)
+        assert error < 1e-5, f"the decode with its biases moved: relative L2 {error:.3g}"
+        assert gt.swap_group_norm_silu(off, return_counts=True, move_bias=False) == gt.SwapCounts(50, 2, 0, 0)
+        assert not any(isinstance(m, gt._BiasMovingConv) for m in off.modules())
+        with biases_move_on_cpu():  # the norms through the op (PyTorch's ops on CPU), the convolutions as they were
+            assert torch.equal(off.decode(latent).sample, before)
 
 
 def test_asymmetric_autoencoder_kl():
@@ -202,43 +298,47 @@ def test_asymmetric_autoencoder_kl():
     config = dict(down_block_out_channels=(32, 64), up_block_out_channels=(32, 64),
                   down_block_types=TINY_2D["down_block_types"], up_block_types=TINY_2D["up_block_types"],
                   layers_per_down_block=1, layers_per_up_block=1, norm_num_groups=8, latent_channels=4)
-    check("AsymmetricAutoencoderKL", config, randn(1, 3, 16, 16), pairs=22, plain=2)
+    check("AsymmetricAutoencoderKL", config, randn(1, 3, 16, 16), pairs=22, plain=2, moved=10)
 
 
 def test_autoencoder_kl_flux2():
     config = dict(TINY_2D, block_out_channels=(32, 64), layers_per_block=1)
-    check("AutoencoderKLFlux2", config, randn(1, 3, 16, 16), pairs=22, plain=2)
+    check("AutoencoderKLFlux2", config, randn(1, 3, 16, 16), pairs=22, plain=2, moved=10)
 
 
 def test_vq_model():
     config = dict(TINY_2D, block_out_channels=(32, 64), layers_per_block=1, num_vq_embeddings=16)
-    check("VQModel", config, randn(1, 3, 16, 16), pairs=22, plain=2)
+    check("VQModel", config, randn(1, 3, 16, 16), pairs=22, plain=2, moved=10)
 
 
 def test_autoencoder_kl_temporal_decoder():
     # SVD: Encoder (4 ResnetBlock2D + conv_norm_out = 9 pairs) and TemporalDecoder (5 SpatioTemporalResBlock of a
     # ResnetBlock2D and a TemporalResnetBlock, 20 pairs, + conv_norm_out): 30, all proven; 2 attention norms plain.
-    # TemporalDecoder and TemporalResnetBlock fix num_groups=32.
+    # TemporalDecoder and TemporalResnetBlock fix num_groups=32. Biases: the 9 ResnetBlock2D conv1 -> norm2 (while temb
+    # is None) and the 5 TemporalResnetBlock conv1 (nn.Conv3d) -> norm2 (no condition: time_emb_proj is None): 14.
     config = dict(block_out_channels=(32, 64), down_block_types=TINY_2D["down_block_types"], layers_per_block=1,
                   latent_channels=4)
-    check("AutoencoderKLTemporalDecoder", config, randn(2, 3, 16, 16), pairs=30, plain=2,
+    check("AutoencoderKLTemporalDecoder", config, randn(2, 3, 16, 16), pairs=30, plain=2, moved=14,
           run=lambda model, x: model(x, num_frames=2).sample)
 
 
 def test_autoencoder_kl_hunyuan_image():
     # HunyuanImageResnetBlock norm1/norm2 -> nonlinearity, norm_out -> nonlinearity: 22, all proven; the 2
-    # HunyuanImageAttentionBlock norms are plain. num_groups is fixed at 32.
+    # HunyuanImageAttentionBlock norms are plain. num_groups is fixed at 32. Its 10 blocks do `x = self.conv1(x); x =
+    # self.norm2(x)`: 10 biases moved, no condition.
     config = dict(in_channels=3, out_channels=3, latent_channels=32, block_out_channels=(32, 64), layers_per_block=1,
                   spatial_compression_ratio=2, sample_size=16)
-    check("AutoencoderKLHunyuanImage", config, randn(1, 3, 16, 16), pairs=22, plain=2)
+    check("AutoencoderKLHunyuanImage", config, randn(1, 3, 16, 16), pairs=22, plain=2, moved=10)
 
 
 def test_autoencoder_kl_kvae():
     # Encoder: 4 KVAEResnetBlock2D (norm1/norm2 -> nonlinearity, the other branch of `if zq is None` a two-argument
     # call) + norm_out = 9 pairs, proven. Decoder: its 13 GroupNorms sit in KVAEDecoderSpatialNorm2D, whose output
-    # is norm_f * conv_y(zq) + conv_b(zq): no GroupNorm+SiLU pair, plain. num_groups is fixed at 32.
+    # is norm_f * conv_y(zq) + conv_b(zq): no GroupNorm+SiLU pair, plain. num_groups is fixed at 32. Biases: the
+    # encoder's 4 blocks, conv1 -> (`if temb is not None:` skipped) -> `if zq is None: h = self.norm2(h)` while temb
+    # and zq are None; the decoder's norm2 are spatial norms, not gnsilu's.
     config = dict(channels=32, num_enc_blocks=1, num_dec_blocks=1, z_channels=4, ch_mult=(1, 2), sample_size=16)
-    check("AutoencoderKLKVAE", config, randn(1, 3, 16, 16), pairs=9, plain=13)
+    check("AutoencoderKLKVAE", config, randn(1, 3, 16, 16), pairs=9, plain=13, moved=4)
 
 
 def test_consistency_decoder_vae():
@@ -246,13 +346,14 @@ def test_consistency_decoder_vae():
     # norm2 is followed by the scale_shift multiply-add (no pair, plain). UNet2DModel.conv_norm_out -> conv_act is a
     # pair in the code but not proven: UNet2DModel is a ModelMixin, whose __init__ is wrapped by register_to_config
     # (code outside the class source) and whose methods hand `self` on (self.modules(), save_pretrained(self), ...).
-    # 20 pairs in the code, 19 proven; plain: 10 norm2 + conv_norm_out + the encoder's attention norm.
+    # 20 pairs in the code, 19 proven; plain: 10 norm2 + conv_norm_out + the encoder's attention norm. Biases: the
+    # encoder's 4 ResnetBlock2D; not the UNet's, whose scale_shift branch raises `if temb is None` before norm2.
     config = dict(encoder_block_out_channels=(32, 64), encoder_down_block_types=TINY_2D["down_block_types"],
                   encoder_layers_per_block=1, encoder_norm_num_groups=8, decoder_block_out_channels=(32, 64),
                   decoder_down_block_types=("ResnetDownsampleBlock2D",) * 2,
                   decoder_up_block_types=("ResnetUpsampleBlock2D",) * 2, decoder_layers_per_block=1,
                   decoder_norm_num_groups=8)
-    check("ConsistencyDecoderVAE", config, randn(1, 3, 16, 16), pairs=19, plain=12,
+    check("ConsistencyDecoderVAE", config, randn(1, 3, 16, 16), pairs=19, plain=12, moved=4,
           run=lambda model, x: model(x, generator=torch.Generator().manual_seed(0)).sample)
 
 
@@ -286,14 +387,15 @@ def test_autoencoder_kl_cogvideox():
 
 def test_autoencoder_kl_allegro():
     # 48 pairs in nn.Sequential (AllegroTemporalConvLayer: GroupNorm, SiLU, ...), 20 in ResnetBlock2D and the 2
-    # conv_norm_out -> conv_act: 70, all proven; 2 attention norms plain. AutoencoderKLAllegro encodes and decodes
+    # conv_norm_out -> conv_act: 70, all proven; 2 attention norms plain; the 10 ResnetBlock2D conv1 biases moved (the
+    # temporal layers' convolutions end their nn.Sequential). AutoencoderKLAllegro encodes and decodes
     # only by tiles (NotImplementedError otherwise), so this runs its encoder and decoder directly.
     config = dict(block_out_channels=(32, 64), down_block_types=("AllegroDownBlock3D",) * 2,
                   up_block_types=("AllegroUpBlock3D",) * 2, layers_per_block=1, norm_num_groups=8,
                   latent_channels=4, temporal_downsample_blocks=(True, False),
                   temporal_upsample_blocks=(False, True), sample_size=16)
     z = randn(1, 4, 2, 8, 8)
-    check("AutoencoderKLAllegro", config, randn(1, 3, 4, 16, 16), pairs=70, plain=2,
+    check("AutoencoderKLAllegro", config, randn(1, 3, 4, 16, 16), pairs=70, plain=2, moved=10,
           run=lambda model, x: (model.encoder(x), model.decoder(z)))
 
 
@@ -807,6 +909,46 @@ def test_split_rows_frame_group_norm_contiguous():
         assert error < 1e-5, f"{name}: relative L2 {error:.3g} to per-frame statistics"
     whole = F.group_norm(x, 8, norm.weight, norm.bias, norm.eps)
     assert _relative_l2(whole, expected) > 0.1  # the frames' statistics do differ
+
+
+def test_split_and_slabs_with_moved_biases():
+    """gnsilu.split (one rank: the same code without a process group) and gnsilu.chunked on a swapped AutoencoderKL
+    with the bias move on CPU tensors. split runs the mid block whole: its ResnetBlock2D's conv1 hands its output
+    without the bias to norm2's band forward, whose records and output take the bias (group_stats and
+    group_norm_apply with input_bias); elsewhere the band convolutions add their bias. Both decodes are within FP32
+    rounding of the decode without the move; nothing is held after them."""
+    require()
+    import gnsilu
+    import gnsilu.chunked as gc
+    import gnsilu.split as gs
+    sys.path.insert(0, HERE)
+    from test_cpu import library_takes_input_bias
+    if not library_takes_input_bias():
+        raise unittest.SkipTest(f"{gnsilu.library_path()} predates input_bias (0.3): rebuild the library")
+    config = dict(TINY_2D, block_out_channels=(32, 64), layers_per_block=1)
+    latent = randn(1, 4, 12, 10)
+    with one_thread(), _native_convolutions(), torch.no_grad():
+        vae = _split_model("AutoencoderKL", config, swap=True)
+        plain_split = gs.decode(vae, latent)
+        plain_slabs = vae.decode(latent).sample
+        with_bias = []
+        group_stats = gnsilu._api.group_stats
+
+        def counted(x, num_groups, *, input_bias=None):
+            with_bias.append(input_bias is not None)
+            return group_stats(x, num_groups, input_bias=input_bias)
+        with biases_move_on_cpu(), unittest.mock.patch.object(gnsilu._api, "group_stats", counted):
+            split = gs.decode(vae, latent)
+            assert sum(with_bias) == 2, with_bias  # the mid block's two ResnetBlock2D
+            with gc.slabs(vae.decoder, max_bytes=2048):
+                sliced = vae.decode(latent).sample
+    for name, got, expected in (("split", split, plain_split), ("slabs", sliced, plain_slabs)):
+        error = _relative_l2(got, expected)
+        assert error < 1e-5, f"{name} with moved biases: relative L2 {error:.3g}"
+    convs = [m for m in vae.modules() if isinstance(m, gt._BiasMovingConv)]
+    assert len(convs) == 10 and not any(m._gnsilu_move_bias or m._gnsilu_norm._gnsilu_biased is not None
+                                        for m in convs)
+    assert all("forward" not in vars(m) for m in vae.modules())
 
 
 def test_split_rows_errors():

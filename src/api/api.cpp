@@ -41,21 +41,25 @@ void check_pointers(const Problem& p, const detail::Geometry& g, const detail::D
   const std::size_t b_bytes = p.bias != nullptr ? static_cast<std::size_t>(g.c) * dtype_size(p.bias_dtype) : 0;
   if (p.weight != nullptr) detail::check_device_range("weight", p.weight, w_bytes, dev);
   if (p.bias != nullptr) detail::check_device_range("bias", p.bias, b_bytes, dev);
+  const std::size_t ib_bytes = p.input_bias != nullptr ? static_cast<std::size_t>(g.c) * dtype_size(p.x_dtype) : 0;
+  if (p.input_bias != nullptr) detail::check_device_range("input_bias", p.input_bias, ib_bytes, dev);
   const detail::Range x{p.x, x_bytes}, y{p.y, y_bytes}, w{p.weight, w_bytes}, b{p.bias, b_bytes},
-      work{ws.data, ws.bytes};
+      ib{p.input_bias, ib_bytes}, work{ws.data, ws.bytes};
   if (y.overlaps(x) && g.padded()) detail::throw_invalid("y", "overlaps x; a padded output cannot be in place");
   if (y.overlaps(x) && !(p.x == p.y && dtype_size(p.x_dtype) == dtype_size(p.y_dtype))) {
     detail::throw_invalid("y", "overlaps x; only exact in-place (y == x with dtypes of one size) is allowed");
   }
   if (y.overlaps(w)) detail::throw_invalid("y", "overlaps weight");
   if (y.overlaps(b)) detail::throw_invalid("y", "overlaps bias");
+  if (y.overlaps(ib)) detail::throw_invalid("input_bias", "overlaps y");
   if (ws.data != nullptr) {
     if (ws.bytes < needed) {
       detail::throw_invalid("workspace_bytes", std::to_string(ws.bytes) + " is too small: this shape needs " +
                                                    std::to_string(needed) + " (see workspace_size)");
     }
     detail::check_device_range("workspace", ws.data, ws.bytes, dev);
-    for (const auto& [other, name] : {std::pair{x, "x"}, std::pair{y, "y"}, std::pair{w, "weight"}, std::pair{b, "bias"}}) {
+    for (const auto& [other, name] : {std::pair{x, "x"}, std::pair{y, "y"}, std::pair{w, "weight"},
+                                      std::pair{b, "bias"}, std::pair{ib, "input_bias"}}) {
       if (work.overlaps(other)) detail::throw_invalid("workspace", std::string("overlaps ") + name);
     }
   } else if (ws.bytes != 0) {
@@ -119,6 +123,9 @@ void group_stats(const Problem& region, int64_t* stats, gnsilu_stream stream, Wo
       work{workspace.data, workspace.bytes};
   if (out.overlaps(x)) detail::throw_invalid("stats", "overlaps x");
   if (out.overlaps(work)) detail::throw_invalid("stats", "overlaps workspace");
+  const detail::Range ib{region.input_bias,
+                         region.input_bias != nullptr ? static_cast<std::size_t>(g.c) * dtype_size(region.x_dtype) : 0};
+  if (out.overlaps(ib)) detail::throw_invalid("stats", "overlaps input_bias");
   if (g.numel == 0) {  // groups of no element: records of zeros
     GNSILU_CHECK(detail::driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(stats), 0, bytes,
                                                   static_cast<CUstream>(stream)));

@@ -81,6 +81,7 @@ gnsilu::Problem problem_of(const gnsilu_problem* given) {
   if (!holds(offsetof(gnsilu_problem, pad_count), sizeof c.pad_count)) c.pad_count = 0;
   if (!holds(offsetof(gnsilu_problem, pad_mode), sizeof c.pad_mode)) c.pad_mode = GNSILU_PAD_CONSTANT;
   if (!holds(offsetof(gnsilu_problem, pad_value), sizeof c.pad_value)) c.pad_value = 0.0;
+  if (!holds(offsetof(gnsilu_problem, input_bias), sizeof c.input_bias)) c.input_bias = nullptr;
   const auto* bytes = reinterpret_cast<const unsigned char*>(given);
   for (std::size_t i = sizeof c; i < size; ++i) {
     if (bytes[i] != 0) {
@@ -108,6 +109,7 @@ gnsilu::Problem problem_of(const gnsilu_problem* given) {
   p.pad = {c.pad, static_cast<std::size_t>(c.pad_count)};
   p.pad_mode = static_cast<gnsilu::PadMode>(code_of(c.pad_mode));
   p.pad_value = c.pad_value;
+  p.input_bias = c.input_bias;
   return p;
 }
 

@@ -36,6 +36,13 @@ struct Stages {
   int64_t* out = nullptr;       // statistics only: kStatsWords words per group
 };
 
+// Element i of the tensor normalized: x's, plus its channel's input bias where there is one (math::add_in).
+template <int XT>
+float input_at(const Problem& p, i64 i, i64 channel) {
+  const float x = load_element<XT>(p.x, i);
+  return p.input_bias != nullptr ? add_in<XT>(x, load_element<XT>(p.input_bias, channel)) : x;
+}
+
 // Group `group`'s exact sums, element by element (any order gives the same record), normalized.
 template <int XT>
 exact::Record group_record(const Problem& p, const detail::Geometry& g, i64 group) {
@@ -50,7 +57,7 @@ exact::Record group_record(const Problem& p, const detail::Geometry& g, i64 grou
   i64 added = 0;
   for (i64 k = 0; k < g.channels_per_group; ++k) {
     for (i64 q = 0; q < g.s; ++q) {
-      exact::acc_add_element(acc, bits_of(load_element<XT>(p.x, at(sample, first_channel + k, q))), sink);
+      exact::acc_add_element(acc, bits_of(input_at<XT>(p, at(sample, first_channel + k, q), first_channel + k)), sink);
       if ((++added & 0xFFFFF) == 0) exact::normalize(record);  // far within the 2^31 additions a record takes
     }
   }
@@ -87,7 +94,7 @@ void run_groups(const Problem& p, const detail::Geometry& g, const Stages& stage
         for (i64 q = 0; q < g.pad.out_s; ++q) {
           i64 source = 0;
           const float v = padded_source(g.pad, q, source)
-                              ? transform<ACT>(load_element<XT>(p.x, at(sample, channel, source)), rc)
+                              ? transform<ACT>(input_at<XT>(p, at(sample, channel, source), channel), rc)
                               : g.pad.value;
           store_element<YT>(p.y, out(sample, channel, q), v);
         }
@@ -95,7 +102,7 @@ void run_groups(const Problem& p, const detail::Geometry& g, const Stages& stage
       }
       for (i64 q = 0; q < g.s; ++q) {
         const i64 i = at(sample, channel, q);
-        store_element<YT>(p.y, i, transform<ACT>(load_element<XT>(p.x, i), rc));
+        store_element<YT>(p.y, i, transform<ACT>(input_at<XT>(p, i, channel), rc));
       }
     }
   }

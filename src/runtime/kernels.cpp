@@ -19,11 +19,13 @@ std::array<std::string, kKernelCount> kernel_names(const Variant& v) {
   const std::string l = std::to_string(static_cast<int>(v.layout));
   const std::string a = std::to_string(static_cast<int>(v.activation));
   return {
-      "gnsilu::kernel::chunk_stats<" + x + "," + w + "," + s + "," + l + ">",
+      "gnsilu::kernel::chunk_stats<" + x + "," + w + "," + s + "," + l + ",0>",
       "gnsilu::kernel::finalize<" + x + "," + l + ">",
-      "gnsilu::kernel::apply<" + x + "," + y + "," + w + "," + e + "," + l + "," + a + ">",
+      "gnsilu::kernel::apply<" + x + "," + y + "," + w + "," + e + "," + l + "," + a + ",0>",
       "gnsilu::kernel::fused<" + x + "," + y + "," + w + "," + e + "," + l + "," + a + ">",
       "gnsilu::kernel::apply_padded<" + x + "," + y + "," + l + "," + a + ">",
+      "gnsilu::kernel::chunk_stats<" + x + "," + w + "," + s + "," + l + ",1>",
+      "gnsilu::kernel::apply<" + x + "," + y + "," + w + "," + e + "," + l + "," + a + ",1>",
   };
 }
 

@@ -1,6 +1,6 @@
 // The kernel variants: which template instances one (x dtype, y dtype, launch configuration) needs, and
-// compiling them. A variant is one NVRTC program with five kernels (chunk_stats, finalize, apply, fused,
-// apply_padded).
+// compiling them. A variant is one NVRTC program with seven kernels (chunk_stats, finalize, apply, fused,
+// apply_padded, and chunk_stats and apply for calls with an input bias).
 #pragma once
 
 #include <array>
@@ -24,9 +24,20 @@ struct Variant {
   friend bool operator==(const Variant&, const Variant&) = default;
 };
 
-enum KernelIndex : int { kStats = 0, kFinalize = 1, kApply = 2, kFused = 3, kApplyPadded = 4, kKernelCount = 5 };
+// kStatsBiased and kApplyBiased: chunk_stats and apply for calls with an input bias (instances of their own, so that
+// a call without one runs code compiled as if the bias did not exist).
+enum KernelIndex : int {
+  kStats = 0,
+  kFinalize = 1,
+  kApply = 2,
+  kFused = 3,
+  kApplyPadded = 4,
+  kStatsBiased = 5,
+  kApplyBiased = 6,
+  kKernelCount = 7
+};
 
-// The five name expressions of a variant, in KernelIndex order.
+// The name expressions of a variant's kernels, in KernelIndex order.
 std::array<std::string, kKernelCount> kernel_names(const Variant& variant);
 
 // Compiles the variants (all into one program) for `arch`.

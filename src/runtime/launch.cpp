@@ -59,6 +59,7 @@ void launch_call(const Call& call, const LaunchConfig& config) {
   p.y = problem.y;
   p.weight = problem.weight;
   p.bias = problem.bias;
+  p.input_bias = problem.input_bias;
   p.weight_dtype = problem.weight != nullptr ? static_cast<int>(problem.weight_dtype) : 0;
   p.bias_dtype = problem.bias != nullptr ? static_cast<int>(problem.bias_dtype) : 0;
   p.eps = problem.eps;
@@ -82,8 +83,9 @@ void launch_call(const Call& call, const LaunchConfig& config) {
   // finalize and apply overlap the tail of the kernel before them where the GPU can (sm_90 and later); the
   // first kernel waits for whatever the stream ran before, as any launch does.
   const bool overlap = device.major >= 9;
+  const bool biased = problem.input_bias != nullptr;
   if (call.stats_mode != kernel::kStatsRead) {
-    launch_kernel(d, kernels.kernel(kStats), plan.stats_blocks, plan.threads, stream, p,
+    launch_kernel(d, kernels.kernel(biased ? kStatsBiased : kStats), plan.stats_blocks, plan.threads, stream, p,
                   "cuLaunchKernel(chunk_stats)", false, plan.stats_shared_bytes);
   }
   launch_kernel(d, kernels.kernel(kFinalize), plan.finalize_blocks, plan.finalize_threads, stream, p,
@@ -92,7 +94,7 @@ void launch_call(const Call& call, const LaunchConfig& config) {
     launch_kernel(d, kernels.kernel(kApplyPadded), plan.padded_blocks, kPaddedThreads, stream, p,
                   "cuLaunchKernel(apply_padded)", overlap);
   } else if (call.stats_mode != kernel::kStatsWrite) {
-    launch_kernel(d, kernels.kernel(kApply), plan.apply_blocks, plan.threads, stream, p, "cuLaunchKernel(apply)",
+    launch_kernel(d, kernels.kernel(biased ? kApplyBiased : kApply), plan.apply_blocks, plan.threads, stream, p, "cuLaunchKernel(apply)",
                   overlap);
   }
 }

@@ -40,8 +40,10 @@ LoadedModule::LoadedModule(CUcontext context, const CompiledProgram& program, st
   }
   // chunk_stats may take more than the 48 KiB of dynamic shared memory a launch gets by default (channels-last
   // tiles of 64-byte slices).
-  GNSILU_CHECK(d.cuFuncSetAttribute(functions_[kStats], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    kMaxStatsSharedBytes));
+  for (const KernelIndex k : {kStats, kStatsBiased}) {
+    GNSILU_CHECK(d.cuFuncSetAttribute(functions_[k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                      kMaxStatsSharedBytes));
+  }
 }
 
 namespace {

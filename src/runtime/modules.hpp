@@ -29,7 +29,7 @@ class ModuleHandle {
   CUmodule module_ = nullptr;
 };
 
-// A loaded module and its five kernels.
+// A loaded module and its kernels (KernelIndex).
 class LoadedModule {
  public:
   LoadedModule(CUcontext context, const CompiledProgram& program, std::size_t first_name);

@@ -166,13 +166,16 @@ void add_padding(Geometry& g, std::span<const int64_t> shape, std::span<const in
 }
 
 bool fused_eligible(const Geometry& g) {
-  return !g.padded() && g.chunks_per_group >= 1 && g.chunks_per_group <= kernel::kFusedMaxChunks &&
+  return !g.padded() && !g.biased && g.chunks_per_group >= 1 && g.chunks_per_group <= kernel::kFusedMaxChunks &&
          g.channels_per_group <= kernel::kFusedMaxChannels;
 }
 
 void check_path(const Geometry& g, Path requested) {
   if (requested == Path::Fused && g.padded()) {
     throw_invalid("options.path", "a padded output takes the split path (apply_padded); the fused path has none");
+  }
+  if (requested == Path::Fused && g.biased) {
+    throw_invalid("options.path", "an input bias takes the split path; the fused path has none");
   }
   if (requested == Path::Fused && !fused_eligible(g)) {
     throw_invalid("options.path", "the fused path takes groups of at most " +

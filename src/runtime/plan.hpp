@@ -30,6 +30,7 @@ struct Geometry {
   // y: x's shape, or x's with a border (add_padding; pad.mode kPadNone: none), in `layout`.
   math::Padding pad{{1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {1, 1, 1}, 1, math::kPadNone, 0.0f};
   int64_t y_numel = 0;
+  bool biased = false;  // an input bias (Problem::input_bias): the split path only (fused_eligible)
   bool padded() const { return pad.mode != math::kPadNone; }
   bool full_chunks() const { return chunks_total * 1024 == numel; }  // every chunk holds 1024 elements
 };

@@ -52,6 +52,7 @@ Geometry validate_problem(const Problem& p) {
   check_alignment("y", p.y, p.y_dtype);
   check_alignment("weight", p.weight, p.weight_dtype);
   check_alignment("bias", p.bias, p.bias_dtype);
+  check_alignment("input_bias", p.input_bias, p.x_dtype);
   if (!(p.eps > 0.0) || !std::isfinite(p.eps)) {
     throw_invalid("eps", "must be a finite number > 0, got " + std::to_string(p.eps));
   }
@@ -63,6 +64,7 @@ Geometry validate_problem(const Problem& p) {
   }
   Geometry g = make_geometry(p.shape, p.num_groups, p.x_layout);
   add_padding(g, p.shape, p.pad, p.pad_mode, p.pad_value, p.y_layout);
+  g.biased = p.input_bias != nullptr;
   // Where the two layouts are the same memory (g.layout is then ChannelsFirst), any pair is fine.
   if (p.y_layout != p.x_layout && g.s != 1 && g.c != 1) {
     throw_invalid("y_layout", std::string("is ") + layout_name(p.y_layout) + " but x_layout is " +
@@ -71,11 +73,12 @@ Geometry validate_problem(const Problem& p) {
   return g;
 }
 
-// The statistics of a region read x, its shape, groups and layout only.
+// The statistics of a region read x, its shape, groups, layout and input bias only.
 // An empty region (no element: a tile that owns nothing) may have a null x; its records are zeros.
 Geometry validate_stats_problem(const Problem& p) {
   check_tensor_dtype("x_dtype", p.x_dtype);
   check_alignment("x", p.x, p.x_dtype);
+  check_alignment("input_bias", p.input_bias, p.x_dtype);
   check_layout("x_layout", p.x_layout);
   const Geometry g = make_geometry(p.shape, p.num_groups, p.x_layout);
   if (p.x == nullptr && g.numel != 0) throw_invalid("x", "is null");

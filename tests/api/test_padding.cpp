@@ -298,3 +298,34 @@ TEST_CASE("the plan of a padded call: the split path, apply_padded over y, the w
     CHECK(plan.workspace == gnsilu::detail::workspace_bytes(g));
   }
 }
+
+TEST_CASE("the C struct: input_bias is read (since 0.3); an older caller's smaller struct reads none; checks name it") {
+  gnsilu_problem c;
+  gnsilu_problem_init(&c);
+  CHECK(c.input_bias == nullptr);
+  const int64_t shape[] = {1, 4, 3, 5};
+  std::vector<float> x(60, 1.0f), y(60, 9.0f);
+  const float input_bias[] = {0.0f, 2.0f, 5.0f, 5.0f};  // group 0: 1 and 3 (mean 2, spread 1); group 1: 6 everywhere
+  c.x = x.data();
+  c.x_dtype = c.y_dtype = GNSILU_FP32;
+  c.y = y.data();
+  c.shape = shape;
+  c.ndim = 4;
+  c.num_groups = 2;
+  c.input_bias = input_bias;
+  REQUIRE_MESSAGE(gnsilu_reference_group_norm(&c, 1) == GNSILU_SUCCESS, gnsilu_last_error());
+  for (int i = 0; i < 15; ++i) CHECK(y[i] == doctest::Approx(-0.2689414).epsilon(1e-5));  // silu(-1)
+  for (int i = 15; i < 30; ++i) CHECK(y[i] == doctest::Approx(0.7310586).epsilon(1e-5));  // silu(1)
+  for (int i = 30; i < 60; ++i) CHECK(y[i] == 0.0f);
+  // A struct that ends before input_bias (0.2's): no bias, whatever lies past it.
+  c.struct_size = offsetof(gnsilu_problem, input_bias);
+  REQUIRE_MESSAGE(gnsilu_reference_group_norm(&c, 1) == GNSILU_SUCCESS, gnsilu_last_error());
+  for (float v : y) CHECK(v == 0.0f);  // constant groups
+  // Misaligned for x's dtype: refused, naming it, y untouched.
+  c.struct_size = sizeof c;
+  std::fill(y.begin(), y.end(), 9.0f);
+  c.input_bias = reinterpret_cast<const unsigned char*>(input_bias) + 2;
+  CHECK(gnsilu_reference_group_norm(&c, 1) == GNSILU_ERROR_INVALID_ARGUMENT);
+  CHECK(std::strstr(gnsilu_last_error(), "'input_bias'") != nullptr);
+  for (float v : y) CHECK(v == 9.0f);
+}

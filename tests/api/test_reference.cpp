@@ -254,3 +254,78 @@ TEST_CASE("channels-last gives, bit for bit, the channel-major output on the sam
   }
   MESSAGE(runs << " pairs of calls compared");
 }
+
+TEST_CASE("an input bias: the output, padded outputs and region statistics are those of x + b rounded to x's dtype") {
+  // x + b computed on the host by plus_bias (the exact sum rounded once), then normalized without a bias, against
+  // the reference given x and input_bias b: bit for bit, in both layouts, on shapes with runs of 1024, whole
+  // channels per chunk and short last runs; biases small and large against x's spread (the sum's rounding then
+  // shows); x with NaN and Inf.
+  const Case cases[] = {{{2, 64, 17, 19}, 32}, {{1, 32, 2049}, 4}, {{3, 20, 7, 9}, 5}, {{1, 48, 3, 17, 21}, 16}};
+  const Data datas[] = {Data::Normal, Data::TinySpread, Data::WideRange, Data::WithInf, Data::WithNaN};
+  std::size_t runs = 0;
+  for (const auto& c : cases) {
+    int64_t numel = 1;
+    for (auto d : c.shape) numel *= d;
+    const int64_t n = c.shape[0], ch = c.shape[1], s = numel / (n * ch);
+    for (DType xd : {DType::BF16, DType::FP16, DType::FP32}) {
+      for (Data data : datas) {
+        for (float spread : {0.5f, 300.0f}) {
+          const HostTensor x0 = make_input(xd, static_cast<std::size_t>(numel),
+                                           static_cast<std::size_t>(ch / c.groups * s), data, 41 + runs);
+          const HostTensor b = make_parameter(xd, static_cast<std::size_t>(ch), 43 + runs, -1.0f, spread);
+          for (bool last : {false, true}) {
+            const HostTensor x = last ? relayout(x0, n, ch, s, true) : x0;
+            const HostTensor xb = plus_bias(x, b, n, ch, s, last);
+            HostTensor with(DType::BF16, x.size()), plain(DType::BF16, x.size());
+            gnsilu::Problem p;
+            p.x = x.data();
+            p.x_dtype = xd;
+            p.y = with.data();
+            p.y_dtype = DType::BF16;
+            p.shape = c.shape;
+            p.num_groups = c.groups;
+            p.x_layout = p.y_layout = last ? gnsilu::Layout::ChannelsLast : gnsilu::Layout::ChannelsFirst;
+            p.input_bias = b.data();
+            gnsilu::reference_group_norm_silu(p);
+            gnsilu::Problem q = p;
+            q.x = xb.data();
+            q.y = plain.data();
+            q.input_bias = nullptr;
+            gnsilu::reference_group_norm_silu(q);
+            const std::string what = "shape " + std::to_string(c.shape[0]) + "x" + std::to_string(ch) +
+                                     " S=" + std::to_string(s) + " " + gnsilu::dtype_name(xd) + " " + data_name(data) +
+                                     " spread " + std::to_string(spread) + (last ? " channels-last" : "");
+            CHECK_MESSAGE(with.bytes == plain.bytes, what);
+            // Region statistics of the whole tensor read the bias too.
+            std::vector<int64_t> sw(static_cast<std::size_t>(n * c.groups * gnsilu::kStatsWords)), sp(sw.size());
+            gnsilu::reference_group_stats(p, sw.data());
+            gnsilu::reference_group_stats(q, sp.data());
+            CHECK_MESSAGE(sw == sp, what << " (statistics)");
+            // A padded output (replicate on the last dimension, constant on the one before where there is one).
+            const std::vector<int64_t> pad = {1, 2, 1, 0};
+            if (c.shape.size() >= 4) {
+              std::vector<int64_t> out_shape = c.shape;
+              out_shape[out_shape.size() - 1] += 3;
+              out_shape[out_shape.size() - 2] += 1;
+              int64_t out_numel = 1;
+              for (auto d : out_shape) out_numel *= d;
+              HostTensor pw(DType::BF16, static_cast<std::size_t>(out_numel)), pp(DType::BF16, pw.size());
+              for (auto mode : {gnsilu::PadMode::Replicate, gnsilu::PadMode::Constant}) {
+                gnsilu::Problem pa = p, pb = q;
+                pa.pad = pb.pad = pad;
+                pa.pad_mode = pb.pad_mode = mode;
+                pa.y = pw.data();
+                pb.y = pp.data();
+                gnsilu::reference_group_norm_silu(pa);
+                gnsilu::reference_group_norm_silu(pb);
+                CHECK_MESSAGE(pw.bytes == pp.bytes, what << " (padded)");
+              }
+            }
+            ++runs;
+          }
+        }
+      }
+    }
+  }
+  MESSAGE(runs << " calls with an input bias compared with calls on x + b");
+}

@@ -299,6 +299,186 @@ TEST_CASE("every dtype pair, configuration, path, layout and activation gives th
   CHECK(mismatched == 0);
 }
 
+TEST_CASE(
+    "an input bias gives the bits of the call on x + b: every path, configuration and layout, padded outputs, "
+    "region statistics and in place") {
+  // x + b is made on the host (plus_bias: the exact sum rounded once to x's dtype); the reference normalizes it
+  // without a bias (and, checked too, gives the same bits given x and the bias); every GPU call is given x and the
+  // bias. Shapes reach each place the kernels read x: full chunks of one channel and of several (S = 256), runs
+  // with a short end, whole channels (S <= 512), gathered channels-last chunks (C % 8 != 0, misaligned), channels-
+  // last tiles (1x64x33x35: a last window of 131 pixels, whose last 16-bit tile word holds one), the fused kernel's
+  // vectors and elements; data with chunks summed element by element (WideRange) and with Inf; biases small and
+  // large against x's spread.
+  const std::vector<Shape> shapes = {
+      {{2, 64, 17, 19}, 32},    {{1, 128, 16, 16}, 32},   {{1, 128, 64, 64}, 32},  {{1, 32, 300, 300}, 8},
+      {{2, 96, 24, 24}, 32, 1}, {{1, 40, 40, 40}, 8},     {{2, 1280, 8, 136}, 32}, {{1, 24, 1000}, 6},
+      {{2, 20, 45, 30}, 5},     {{1, 64, 3, 20, 21}, 32}, {{1, 64, 33, 35}, 32},
+  };
+  precompile_all();
+  const Data datas[] = {Data::Normal, Data::WideRange, Data::WithInf, Data::TinySpread, Data::LargeMean};
+  std::size_t runs = 0, mismatched = 0, index = 0;
+  for (const Shape& shape : shapes) {
+    const int64_t n = numel(shape.dims);
+    const Extent e = extent_of(shape.dims);
+    const auto geometry = gnsilu::detail::make_geometry(shape.dims, shape.groups);
+    for (DType xd : kTypes) {
+      const Data data = datas[index % (sizeof datas / sizeof datas[0])];
+      const float spread = index % 2 ? 300.0f : 0.5f;
+      ++index;
+      const DType yd = xd == DType::FP32 ? DType::FP32 : DType::BF16;
+      const HostTensor x_first = make_input(xd, static_cast<std::size_t>(n),
+                                            static_cast<std::size_t>(geometry.group_length), data, 300 + index);
+      const HostTensor b = make_parameter(xd, static_cast<std::size_t>(e.c), 310 + index, -1.0f, spread);
+      DeviceMemory dbias(b.bytes.size());
+      dbias.upload(b.data());
+      for (Layout layout : {Layout::ChannelsFirst, Layout::ChannelsLast}) {
+        const bool last = layout == Layout::ChannelsLast;
+        const HostTensor x = last ? relayout(x_first, e.n, e.c, e.s, true) : x_first;
+        const HostTensor xb = plus_bias(x, b, e.n, e.c, e.s, last);
+        HostTensor expected(yd, static_cast<std::size_t>(n)), with(yd, static_cast<std::size_t>(n));
+        gnsilu::Problem p;
+        p.x = xb.data();
+        p.x_dtype = xd;
+        p.y = expected.data();
+        p.y_dtype = yd;
+        p.shape = shape.dims;
+        p.num_groups = shape.groups;
+        p.x_layout = p.y_layout = layout;
+        gnsilu::reference_group_norm_silu(p);
+        p.x = x.data();
+        p.y = with.data();
+        p.input_bias = b.data();
+        gnsilu::reference_group_norm_silu(p);
+        const std::string what = shape_text(shape) + " (" + data_name(data) + ") " + gnsilu::dtype_name(xd) + " " +
+                                 gnsilu::layout_name(layout);
+        CHECK_MESSAGE(with.bytes == expected.bytes, what << ": the reference with the bias");
+        DeviceMemory dx(x.bytes.size(), shape.misalign * gnsilu::dtype_size(xd));
+        DeviceMemory dy(expected.bytes.size(), shape.misalign * gnsilu::dtype_size(yd));
+        dx.upload(x.data());
+        p.x = dx.get();
+        p.y = dy.get();
+        p.input_bias = dbias.get();
+        HostTensor got(yd, static_cast<std::size_t>(n));
+        const auto check = [&](const std::string& how) {
+          device_sync();
+          dy.download(got.data());
+          ++runs;
+          const bool same = got.bytes == expected.bytes;
+          const bool guards = dy.guards_intact();
+          if (!same || !guards) {
+            ++mismatched;
+            std::size_t first = 0;
+            while (first < got.size() && got.bits(first) == expected.bits(first)) ++first;
+            FAIL_CHECK(what << " " << how << ": bits "
+                            << (same ? "equal" : "differ from element " + std::to_string(first)) << ", guards "
+                            << (guards ? "intact" : "OVERWRITTEN"));
+          }
+        };
+        // A biased call takes the split path (the fused kernel has no bias): every configuration, the path chosen
+        // by the library, and the fused path refused before anything is written.
+        for (const auto& config : gnsilu::candidate_configs()) {
+          dy.fill(0xFF);
+          gnsilu::LaunchOptions options;
+          options.config = config;
+          options.path = Path::Split;
+          gnsilu::group_norm_silu(p, nullptr, {}, options);
+          check("split e" + std::to_string(config.elems_per_load) + " w" + std::to_string(config.warps) + " s" +
+                std::to_string(config.stages));
+        }
+        dy.fill(0xFF);
+        gnsilu::group_norm_silu(p, nullptr, {}, {});
+        check("the library's path");
+        if (gnsilu::detail::fused_eligible(geometry)) {
+          dy.fill(0xFF);
+          gnsilu::LaunchOptions fused;
+          fused.path = Path::Fused;
+          CHECK_THROWS_WITH_AS(gnsilu::group_norm_silu(p, nullptr, {}, fused), doctest::Contains("options.path"),
+                               gnsilu::Error);
+          device_sync();
+          HostTensor untouched(yd, static_cast<std::size_t>(n));
+          dy.download(untouched.data());
+          CHECK_MESSAGE(std::all_of(untouched.bytes.begin(), untouched.bytes.end(),
+                                    [](unsigned char byte) { return byte == 0xFF; }),
+                        what << ": a refused fused call wrote y");
+        }
+        // Region statistics of the whole tensor, and the output applied from them. A group with a NaN or Inf is
+        // recorded differently by the two (the GPU counts one nonfinite chunk and skips its sums, the reference
+        // counts each nonfinite element: both make the group's statistics NaN), so those records are compared by
+        // their count and their nonfinite mark; every other record word for word.
+        std::vector<int64_t> want(static_cast<std::size_t>(e.n * shape.groups * gnsilu::kStatsWords)),
+            stats(want.size());
+        gnsilu::Problem hp = p;
+        hp.x = xb.data();
+        hp.input_bias = nullptr;
+        gnsilu::reference_group_stats(hp, want.data());
+        DeviceMemory dstats(want.size() * sizeof(int64_t));
+        gnsilu::group_stats(p, static_cast<int64_t*>(dstats.get()));
+        device_sync();
+        dstats.download(stats.data());
+        ++runs;
+        std::size_t differ = 0;
+        for (int64_t group = 0; group < e.n * shape.groups; ++group) {
+          const int64_t* w = want.data() + group * gnsilu::kStatsWords;
+          const int64_t* got_record = stats.data() + group * gnsilu::kStatsWords;
+          const bool nonfinite = w[1] != 0;  // exact::Record: count, nonfinite, sum limbs, square limbs
+          const bool same = nonfinite ? got_record[0] == w[0] && got_record[1] != 0
+                                      : std::equal(w, w + gnsilu::kStatsWords, got_record);
+          differ += same ? 0 : 1;
+        }
+        if (differ != 0) {
+          ++mismatched;
+          FAIL_CHECK(what << ": group_stats with the bias differ from the records of x + b in " << differ << " groups");
+        }
+        dy.fill(0xFF);
+        gnsilu::group_norm_apply(p, static_cast<const int64_t*>(dstats.get()));
+        check("group_norm_apply");
+        // In place: y = x, the bias read as x is overwritten.
+        if (yd == xd && shape.misalign == 0) {
+          DeviceMemory dxy(x.bytes.size());
+          dxy.upload(x.data());
+          gnsilu::Problem ip = p;
+          ip.x = ip.y = dxy.get();
+          gnsilu::group_norm_silu(ip);
+          device_sync();
+          dxy.download(got.data());
+          ++runs;
+          if (got.bytes != expected.bytes) {
+            ++mismatched;
+            FAIL_CHECK(what << ": in place");
+          }
+        }
+        // A padded output (replicate), where there are two spatial dimensions or more.
+        if (shape.dims.size() >= 4 && shape.misalign == 0) {
+          gnsilu::Problem pp = p;
+          const std::vector<int64_t> pad = {1, 1, 1, 1};
+          pp.pad = pad;
+          pp.pad_mode = gnsilu::PadMode::Replicate;
+          const auto y_n = static_cast<std::size_t>(gnsilu::detail::validate_problem(pp).y_numel);
+          HostTensor want_padded(yd, y_n), got_padded(yd, y_n);
+          gnsilu::Problem hq = pp;
+          hq.x = xb.data();
+          hq.y = want_padded.data();
+          hq.input_bias = nullptr;
+          gnsilu::reference_group_norm_silu(hq);
+          DeviceMemory dpadded(got_padded.bytes.size());
+          pp.y = dpadded.get();
+          gnsilu::group_norm_silu(pp);
+          device_sync();
+          dpadded.download(got_padded.data());
+          ++runs;
+          if (got_padded.bytes != want_padded.bytes || !dpadded.guards_intact()) {
+            ++mismatched;
+            FAIL_CHECK(what << ": padded output");
+          }
+        }
+      }
+    }
+  }
+  MESSAGE(runs << " calls with an input bias over " << shapes.size() << " shapes: " << runs - mismatched
+               << " gave the bits of the call on x + b");
+  CHECK(mismatched == 0);
+}
+
 TEST_CASE("channels-last statistics tiles of 16, 32 and 64 bytes a pixel give the reference's bits") {
   const std::vector<std::vector<int64_t>> shapes = {{1, 128, 48, 48}, {2, 320, 1100}, {1, 512, 33, 33}, {1, 1280, 1025}};
   std::size_t runs = 0, differ = 0;

@@ -149,3 +149,56 @@ TEST_CASE("round_to_int rounds halves to even") {
   CHECK(round_to_int(-150.2f) == -150.0f);
   CHECK(round_to_int(1023.5f) == 1024.0f);
 }
+
+TEST_CASE("add_in: x + b in each dtype is the exact sum rounded once to it (the input bias)") {
+  // Pairs of values of the dtype: random bits (every binade, subnormals, opposite signs, far exponents), halfway
+  // cases, cancellations, overflow; each against the exact sum rounded by testing::round_to_format (long double
+  // holds the sum of two FP32 values rounded once, which rounds again to FP32 or less as the exact sum would).
+  std::mt19937 rng(20261203);
+  std::size_t checked = 0;
+  const auto check = [&](gnsilu::DType d, u32 xa, u32 xb) {
+    float a, b, got;
+    if (d == gnsilu::DType::FP32) {
+      a = float_of(xa), b = float_of(xb);
+      got = add_in<kFP32>(a, b);
+    } else if (d == gnsilu::DType::BF16) {
+      a = bf16_to_float(static_cast<u16>(xa)), b = bf16_to_float(static_cast<u16>(xb));
+      got = add_in<kBF16>(a, b);
+    } else {
+      a = fp16_to_float(static_cast<u16>(xa)), b = fp16_to_float(static_cast<u16>(xb));
+      got = add_in<kFP16>(a, b);
+    }
+    ++checked;
+    if (std::isnan(a) || std::isnan(b) || (std::isinf(a) && std::isinf(b) && (a > 0) != (b > 0))) {
+      CHECK(std::isnan(got));
+      return;
+    }
+    const ld want = testing::round_to_format(static_cast<ld>(a) + static_cast<ld>(b), testing::format_of(d));
+    // Exact zero sums are +0 (round to nearest), -0 only for -0 + -0: compare the sign too.
+    if (static_cast<ld>(got) != want || std::signbit(got) != std::signbit(static_cast<float>(want))) {
+      FAIL_CHECK(gnsilu::dtype_name(d) << ": " << a << " + " << b << " gave " << got << ", expected "
+                                       << static_cast<double>(want));
+    }
+  };
+  for (gnsilu::DType d : {gnsilu::DType::BF16, gnsilu::DType::FP16, gnsilu::DType::FP32}) {
+    const u32 mask = d == gnsilu::DType::FP32 ? 0xFFFFFFFFu : 0xFFFFu;
+    for (int i = 0; i < 400000; ++i) check(d, rng() & mask, rng() & mask);
+    // Near each other (cancellation, ties at the last bit): x and x's neighbours, either sign.
+    for (int i = 0; i < 100000; ++i) {
+      const u32 x = rng() & mask, delta = rng() % 5;
+      const u32 sign = d == gnsilu::DType::FP32 ? 0x80000000u : 0x8000u;
+      check(d, x, (x + delta) ^ (i % 2 ? sign : 0u));
+    }
+  }
+  // Fixed cases: signed zeros, the largest value plus half its ulp (a tie that rounds up to Inf), a tie to even.
+  check(gnsilu::DType::BF16, 0x8000u, 0x0000u);          // -0 + +0 = +0
+  check(gnsilu::DType::BF16, 0x8000u, 0x8000u);          // -0 + -0 = -0
+  check(gnsilu::DType::BF16, 0x7F7Fu, 0x7373u);          // max + 2^103.8: past max + ulp / 2, Inf
+  check(gnsilu::DType::FP16, 0x7BFFu, 0x4F80u);          // 65504 + 30: rounds to 65504 (the tie point is 65520)
+  check(gnsilu::DType::FP16, 0x7BFFu, 0x4C00u);          // 65504 + 16
+  check(gnsilu::DType::FP16, 0x3C00u, 0x1000u);          // 1 + 2^-11: a tie, to even (1)
+  check(gnsilu::DType::FP32, 0x3F800000u, 0x33800000u);  // 1 + 2^-24: a tie, to even
+  CHECK(std::signbit(add_in<kBF16>(-0.0f, 0.0f)) == false);
+  CHECK(std::signbit(add_in<kFP32>(-0.0f, -0.0f)) == true);
+  MESSAGE("add_in checked on " << checked << " pairs");
+}

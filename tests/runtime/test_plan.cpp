@@ -138,6 +138,11 @@ TEST_CASE("the path: fused for small tensors and for many groups, split otherwis
   CHECK_THROWS_WITH_AS(check_path(make_geometry(large, 32), Path::Fused), doctest::Contains("'options.path'"),
                        gnsilu::Error);
   CHECK_NOTHROW(check_path(make_geometry(small, 32), Path::Fused));
+  // An input bias: the split path only (the fused kernel has none), chosen and forced.
+  Geometry biased = make_geometry(small, 32);
+  biased.biased = true;
+  CHECK(choose_path(biased, Path::Auto, 132) == Path::Split);
+  CHECK_THROWS_WITH_AS(check_path(biased, Path::Fused), doctest::Contains("input bias"), gnsilu::Error);
   for (Path undecided : {Path::Auto, Path::Fused}) {
     try {
       (void)make_plan(make_geometry(large, 32), config, undecided, 132);
