@@ -1584,6 +1584,41 @@ __device__ __forceinline__ void load_window(const void* x, i64 first, float (&v)
   }
 }
 
+// Rows of fewer than 8 padded elements (a tiny spatial block): a thread per piece, each element with its own row's
+// constants, located from scratch.
+template <int XT, int YT, int ACT>
+__device__ __forceinline__ void apply_padded_tiny_rows(const Params& p, i64 lines, i64 total) {
+  const math::Padding& pad = p.pad;
+  const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
+  const i64 width = pad.dims[2], out_width = pad.out_dims[2], before = pad.before[2];
+  const i64 threads = static_cast<i64>(gridDim.x) * blockDim.x;
+  for (i64 piece = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; piece * kVec < total; piece += threads) {
+    const i64 start = piece * kVec;
+    i64 flat_line, position;
+    divide_small(start, out_width, flat_line, position);
+    PaddedCursor at = cursor_of(p, flat_line, lines);
+#pragma unroll 1
+    for (int k = 0; k < kVec && start + k < total; ++k) {
+      if (position == out_width) {
+        position = 0;
+        next_line(p, at, lines);
+      }
+      i64 w = position - before;
+      const bool shows = at.shown && (pad.mode == kPadReplicate || (w >= 0 && w < width));
+      w = w < 0 ? 0 : (w >= width ? width - 1 : w);
+      store_element<YT>(
+          p.y, start + k,
+          shows ? transform<ACT>(biased<XT>(p, load_element<XT>(p.x, at.x_line + w), at.row % p.c), rows[at.row])
+                : pad.value);
+      ++position;
+    }
+  }
+}
+
+// Channel-major: each warp takes one run of consecutive pieces of y (the pieces divided evenly among the grid's
+// warps, in multiples of 32), lane l the run's pieces l, l + 32, ... Each lane locates its first piece with divisions
+// (cursor_of) and then carries its cursor forward, 256 elements a step, line by line (next_line): the divisions
+// that located every piece anew made the kernel compute-bound at 15% of the DRAM bandwidth (PERFORMANCE.md v16).
 template <int XT, int YT, int ACT>
 __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
   const math::Padding& pad = p.pad;
@@ -1593,25 +1628,42 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
   const i64 row_count = p.n * p.c;
   const i64 x_total = row_count * p.s;
   const i64 total = row_count * pad.out_s;
+  if (pad.out_s < kVec) {
+    apply_padded_tiny_rows<XT, YT, ACT>(p, lines, total);
+    return;
+  }
+  // Rows of at least 8 elements from here: a piece meets at most two rows, whose constants stay in registers.
   constexpr i64 kXVector = XT == kFP32 ? 4 : 8;  // elements of x in a 16-byte vector
-  // Rows of at least 8 elements: a piece meets at most two rows, whose constants stay in registers.
-  const bool two_rows = pad.out_s >= kVec;
-  const i64 threads = static_cast<i64>(gridDim.x) * blockDim.x;
-  for (i64 piece = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; piece * kVec < total; piece += threads) {
-    const i64 start = piece * kVec;
-    i64 flat_line, position;
-    divide_small(start, out_width, flat_line, position);
-    PaddedCursor at = cursor_of(p, flat_line, lines);
+  constexpr i64 kStep = kLanes * kVec;           // elements from a lane's piece to its next one
+  const bool has_bias = p.input_bias != nullptr;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const i64 warps = static_cast<i64>(gridDim.x) * (blockDim.x / 32);
+  const i64 warp = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const i64 pieces = (total + kVec - 1) / kVec;
+  const i64 per_warp = ((pieces + warps - 1) / warps + kLanes - 1) / kLanes * kLanes;
+  const i64 first_piece = warp * per_warp + lane;
+  if (first_piece >= pieces) return;
+  i64 start = first_piece * kVec;
+  const i64 end = (warp + 1) * per_warp * kVec < total ? (warp + 1) * per_warp * kVec : total;
+  i64 flat_line, position;
+  divide_small(start, out_width, flat_line, position);
+  PaddedCursor at = cursor_of(p, flat_line, lines);
+  // The constants (and input bias) of the row last loaded.
+  i64 loaded_row = -1;
+  RowConstants rc_first{};
+  float b_first = 0.0f;
+  for (; start < end;) {
     const i64 first_row = at.row;
+    if (first_row != loaded_row) {
+      loaded_row = first_row;
+      const i64 r = first_row < row_count ? first_row : 0;
+      rc_first = rows[r];
+      b_first = has_bias ? load_element<XT>(p.input_bias, r % p.c) : 0.0f;
+    }
     const i64 w0 = position - before;
     const i64 window = at.x_line + w0;
     float v[kVec];
-    const RowConstants rc_first = rows[first_row < row_count ? first_row : 0];
     RowConstants rc_second = rc_first;
-    // The two rows' input biases (math::add_in), where there is one.
-    const bool has_bias = p.input_bias != nullptr;
-    const float b_first =
-        has_bias ? load_element<XT>(p.input_bias, (first_row < row_count ? first_row : 0) % p.c) : 0.0f;
     float b_second = b_first;
     unsigned shown = 0, second = 0;  // bit k: element k shows x; element k is of the second row
     if (p.pad_vectors && at.shown && position + kVec <= out_width && w0 >= 0 && w0 + kVec <= width &&
@@ -1623,46 +1675,30 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
         for (int k = 0; k < kVec; ++k) v[k] = add_in<XT>(v[k], b_first);
       }
       shown = 0xFFu;
-    } else if (two_rows) {
-      // Near a border, across lines or at the end of y: the elements one at a time (the arithmetic below is
-      // shared, so that a warp whose lanes took both branches diverges only here).
+    } else {
+      // Near a border, across lines or at the end of y: the elements one at a time, on a copy of the cursor (the
+      // arithmetic below is shared, so that a warp whose lanes took both branches diverges only here).
+      PaddedCursor c = at;
+      i64 q = position;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        if (position == out_width) {
-          position = 0;
-          next_line(p, at, lines);
-          if (at.row != first_row && second == 0 && at.row < row_count) {
-            rc_second = rows[at.row];
-            if (has_bias) b_second = load_element<XT>(p.input_bias, at.row % p.c);
+        if (q == out_width) {
+          q = 0;
+          next_line(p, c, lines);
+          if (c.row != first_row && second == 0 && c.row < row_count) {
+            rc_second = rows[c.row];
+            if (has_bias) b_second = load_element<XT>(p.input_bias, c.row % p.c);
           }
         }
-        if (at.row != first_row) second |= 1u << k;
-        i64 w = position - before;
-        const bool shows = at.shown && start + k < total && (pad.mode == kPadReplicate || (w >= 0 && w < width));
+        if (c.row != first_row) second |= 1u << k;
+        i64 w = q - before;
+        const bool shows = c.shown && start + k < total && (pad.mode == kPadReplicate || (w >= 0 && w < width));
         w = w < 0 ? 0 : (w >= width ? width - 1 : w);
-        v[k] = shows ? load_element<XT>(p.x, at.x_line + w) : 0.0f;
-        if (has_bias) v[k] = add_in<XT>(v[k], at.row != first_row ? b_second : b_first);
+        v[k] = shows ? load_element<XT>(p.x, c.x_line + w) : 0.0f;
+        if (has_bias) v[k] = add_in<XT>(v[k], c.row != first_row ? b_second : b_first);
         shown |= shows ? 1u << k : 0u;
-        ++position;
+        ++q;
       }
-    } else {
-      // Rows of fewer than 8 elements (a tiny spatial block): each element with its own row's constants.
-#pragma unroll 1
-      for (int k = 0; k < kVec && start + k < total; ++k) {
-        if (position == out_width) {
-          position = 0;
-          next_line(p, at, lines);
-        }
-        i64 w = position - before;
-        const bool shows = at.shown && (pad.mode == kPadReplicate || (w >= 0 && w < width));
-        w = w < 0 ? 0 : (w >= width ? width - 1 : w);
-        store_element<YT>(
-            p.y, start + k,
-            shows ? transform<ACT>(biased<XT>(p, load_element<XT>(p.x, at.x_line + w), at.row % p.c), rows[at.row])
-                  : pad.value);
-        ++position;
-      }
-      continue;
     }
     const auto row_of = [&](int k) -> const RowConstants& { return second & (1u << k) ? rc_second : rc_first; };
     transform_values<YT, ACT, false>(v, row_of, [&](int e) { return v[e]; });
@@ -1675,6 +1711,14 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
       for (int k = 0; k < kVec; ++k) {
         if (start + k < total) store_element<YT>(p.y, start + k, v[k]);
       }
+    }
+    // The lane's next piece: kStep elements on, lines followed one by one.
+    start += kStep;
+    if (start >= end) break;
+    position += kStep;
+    while (position >= out_width) {
+      position -= out_width;
+      next_line(p, at, lines);
     }
   }
 }
