@@ -1508,44 +1508,6 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) apply(const Par
 //   constants in registers. kPadPerLane: gnsilu_params.cuh. transform<ACT> gives transform_values' bits (it is the
 //   exact path those take for an element whose fast SiLU is not decided).
 
-// Where a channel-major lane is in y: row (sample, channel), line of the row and its (outer, d', h'), and the line
-// of x it shows (x_line, the index of its first element; `shown` false on a constant border).
-struct PaddedCursor {
-  i64 row, line, outer, d, h, x_line;
-  bool shown;
-};
-
-__device__ __forceinline__ void locate_line(const Params& p, PaddedCursor& at) {
-  i64 source = 0;
-  at.shown = padded_line_at(p.pad, at.outer, at.d, at.h, source);
-  at.x_line = at.row * p.s + source * p.pad.dims[2];
-}
-
-// The cursor of the line holding flat line index `flat` (over all rows).
-__device__ __forceinline__ PaddedCursor cursor_of(const Params& p, i64 flat, i64 lines) {
-  PaddedCursor at;
-  i64 rest;
-  divide_small(flat, lines, at.row, at.line);
-  divide_small(at.line, p.pad.out_dims[1], rest, at.h);
-  divide_small(rest, p.pad.out_dims[0], at.outer, at.d);
-  locate_line(p, at);
-  return at;
-}
-
-__device__ __forceinline__ void next_line(const Params& p, PaddedCursor& at, i64 lines) {
-  if (++at.line == lines) {
-    at.line = at.outer = at.d = at.h = 0;
-    ++at.row;
-  } else if (++at.h == p.pad.out_dims[1]) {
-    at.h = 0;
-    if (++at.d == p.pad.out_dims[0]) {
-      at.d = 0;
-      ++at.outer;
-    }
-  }
-  locate_line(p, at);
-}
-
 // One of four words (or floats) by a runtime index 0..3: selects, where indexing an array would put it in memory.
 template <typename T>
 __device__ __forceinline__ T pick4(int i, T a, T b, T c, T d) {
@@ -1585,7 +1547,7 @@ __device__ __forceinline__ void load_window(const void* x, i64 first, float (&v)
 }
 
 // Rows of fewer than 8 padded elements (a tiny spatial block): a thread per piece, each element with its own row's
-// constants, located from scratch.
+// constants, located from scratch (math::padded_cursor).
 template <int XT, int YT, int ACT>
 __device__ __forceinline__ void apply_padded_tiny_rows(const Params& p, i64 lines, i64 total) {
   const math::Padding& pad = p.pad;
@@ -1596,12 +1558,12 @@ __device__ __forceinline__ void apply_padded_tiny_rows(const Params& p, i64 line
     const i64 start = piece * kVec;
     i64 flat_line, position;
     divide_small(start, out_width, flat_line, position);
-    PaddedCursor at = cursor_of(p, flat_line, lines);
+    PaddedCursor at = padded_cursor(p.pad, p.s, flat_line, lines);
 #pragma unroll 1
     for (int k = 0; k < kVec && start + k < total; ++k) {
       if (position == out_width) {
         position = 0;
-        next_line(p, at, lines);
+        next_padded_line(p.pad, p.s, at, lines);
       }
       i64 w = position - before;
       const bool shows = at.shown && (pad.mode == kPadReplicate || (w >= 0 && w < width));
@@ -1617,8 +1579,9 @@ __device__ __forceinline__ void apply_padded_tiny_rows(const Params& p, i64 line
 
 // Channel-major: each warp takes one run of consecutive pieces of y (the pieces divided evenly among the grid's
 // warps, in multiples of 32), lane l the run's pieces l, l + 32, ... Each lane locates its first piece with divisions
-// (cursor_of) and then carries its cursor forward, 256 elements a step, line by line (next_line): the divisions
-// that located every piece anew made the kernel compute-bound at 15% of the DRAM bandwidth (PERFORMANCE.md v16).
+// (math::padded_cursor) and then carries its cursor forward, 256 elements a step, line by line (next_padded_line):
+// the divisions that located every piece anew made the kernel compute-bound at 15% of the DRAM bandwidth
+// (PERFORMANCE.md v16).
 template <int XT, int YT, int ACT>
 __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
   const math::Padding& pad = p.pad;
@@ -1647,7 +1610,7 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
   const i64 end = (warp + 1) * per_warp * kVec < total ? (warp + 1) * per_warp * kVec : total;
   i64 flat_line, position;
   divide_small(start, out_width, flat_line, position);
-  PaddedCursor at = cursor_of(p, flat_line, lines);
+  PaddedCursor at = padded_cursor(p.pad, p.s, flat_line, lines);
   // The constants (and input bias) of the row last loaded.
   i64 loaded_row = -1;
   RowConstants rc_first{};
@@ -1684,7 +1647,7 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
       for (int k = 0; k < kVec; ++k) {
         if (q == out_width) {
           q = 0;
-          next_line(p, c, lines);
+          next_padded_line(p.pad, p.s, c, lines);
           if (c.row != first_row && second == 0 && c.row < row_count) {
             rc_second = rows[c.row];
             if (has_bias) b_second = load_element<XT>(p.input_bias, c.row % p.c);
@@ -1715,11 +1678,7 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
     // The lane's next piece: kStep elements on, lines followed one by one.
     start += kStep;
     if (start >= end) break;
-    position += kStep;
-    while (position >= out_width) {
-      position -= out_width;
-      next_line(p, at, lines);
-    }
+    advance_padded(pad, p.s, lines, at, position, kStep);
   }
 }
 
