@@ -363,6 +363,53 @@ GNSILU_HD bool padded_line(const Padding& pad, i64 line, i64& source) {
   divide_small(rest, pad.out_dims[0], outer, d_out);
   return padded_line_at(pad, outer, d_out, h_out, source);
 }
+// Where a position of a channel-major padded output lies: row (sample, channel), line of the row (out_s / out_dims[2]
+// lines a row) and its (outer, d', h'), and the line of x it shows (x_line: the index in x of that line's first
+// element; shown false where the line lies on a constant border). s: x's spatial elements per channel. Channel-major
+// apply_padded locates a lane's first piece with divisions (padded_cursor) and walks on line by line
+// (next_padded_line).
+struct PaddedCursor {
+  i64 row, line, outer, d, h, x_line;
+  bool shown;
+};
+GNSILU_HD void locate_padded_line(const Padding& pad, i64 s, PaddedCursor& at) {
+  i64 source = 0;
+  at.shown = padded_line_at(pad, at.outer, at.d, at.h, source);
+  at.x_line = at.row * s + source * pad.dims[2];
+}
+// The cursor of the line holding flat line index `flat` (over all rows; `lines` lines a row).
+GNSILU_HD PaddedCursor padded_cursor(const Padding& pad, i64 s, i64 flat, i64 lines) {
+  PaddedCursor at{};
+  i64 rest;
+  divide_small(flat, lines, at.row, at.line);
+  divide_small(at.line, pad.out_dims[1], rest, at.h);
+  divide_small(rest, pad.out_dims[0], at.outer, at.d);
+  locate_padded_line(pad, s, at);
+  return at;
+}
+// The cursor of the next line (the first line of the next row after a row's last).
+GNSILU_HD void next_padded_line(const Padding& pad, i64 s, PaddedCursor& at, i64 lines) {
+  if (++at.line == lines) {
+    at.line = at.outer = at.d = at.h = 0;
+    ++at.row;
+  } else if (++at.h == pad.out_dims[1]) {
+    at.h = 0;
+    if (++at.d == pad.out_dims[0]) {
+      at.d = 0;
+      ++at.outer;
+    }
+  }
+  locate_padded_line(pad, s, at);
+}
+// The cursor of the position `step` elements after (at, position), position being the element's index in its line;
+// lines followed one by one.
+GNSILU_HD void advance_padded(const Padding& pad, i64 s, i64 lines, PaddedCursor& at, i64& position, i64 step) {
+  position += step;
+  while (position >= pad.out_dims[2]) {
+    position -= pad.out_dims[2];
+    next_padded_line(pad, s, at, lines);
+  }
+}
 // Whether padded position q (0 <= q < out_s) shows an element of x, which is then at position *source of x's
 // channel; false for the constant border.
 GNSILU_HD bool padded_source(const Padding& pad, i64 q, i64& source) {
