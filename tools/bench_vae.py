@@ -21,7 +21,8 @@ its decoder: its decode() runs only by tiles; no +tiled rows) and hunyuan-image 
 1x64x64x64 to 2048x2048). MiniMax-H3 has no row: its GroupNorms are in its encoder; its decoder is a transformer.
 Layouts: nchw (contiguous) and channels_last (model and latent in torch.channels_last / channels_last_3d).
 For each row: median ms of --runs decodes (CUDA events around each decode, after warm-up; the compile time of the
-first call is printed apart), peak memory allocated during the decodes, the relative L2 error against a float32
+first call is printed apart, and for compiled rows the graphs Dynamo compiled and its graph breaks with their
+most frequent reasons), peak memory allocated during the decodes, the relative L2 error against a float32
 decode of the same weights (eager, NCHW, computed once), and unless --no-profile a kernel-time breakdown of one
 decode from torch.profiler (ms a decode): convolutions, cuDNN's layout transposes, PyTorch / Inductor GroupNorm,
 gnsilu, attention, matrix products, elementwise and other kernels, then the elementwise kernels that took the most
@@ -262,7 +263,10 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
     decode = plain_decode
     compile_s = None
     torch._dynamo.reset()
+    dynamo_counters = None
     if mode.startswith("compile"):
+        from torch._dynamo.utils import counters as dynamo_counters
+        dynamo_counters.clear()
         decode = torch.compile(plain_decode, mode=args.compile_mode)
     with torch.inference_mode():
         begin = time.perf_counter()
@@ -296,13 +300,19 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
         if exact is not None:
             reference = exact.double()  # float64: the norms of large outputs without overflow or loss
             error = ((out.double() - reference).norm() / reference.norm()).item()
+        # What Dynamo made of the decode (after the warm-up and the timed decodes): graph breaks and graphs compiled.
+        # A decode that breaks into many graphs, or recompiles, pays host time between them.
+        dynamo = None if dynamo_counters is None else {
+            "graph_breaks": sum(dynamo_counters["graph_break"].values()),
+            "graphs": dynamo_counters["stats"].get("unique_graphs", 0),
+            "break_reasons": sorted(dynamo_counters["graph_break"].items(), key=lambda kv: -kv[1])[:3]}
         kernels, elementwise = breakdown(torch, decode, z) if args.profile and args.device == "cuda" else (None, None)
         memory = None
         if args.memory_breakdown and args.device == "cuda" and not mode.startswith("compile"):
             memory = memory_breakdown(torch, model, decode, z)
     return {"mode": mode, "layout": layout, "ms": statistics.median(times), "peak_gib": peak,
             "relative_l2": error, "out": out.float(), "compile_s": compile_s, "kernels_ms": kernels,
-            "elementwise_top_ms": elementwise,
+            "elementwise_top_ms": elementwise, "dynamo": dynamo,
             "swapped": None if swapped is None else {"pairs": swapped.pairs, "plain": swapped.plain,
                                                      "padded": swapped.padded, "biases_moved": swapped.biases_moved},
             "output_shape": list(out.shape), "memory": memory}
@@ -383,6 +393,11 @@ def main():
                 kernels = row["kernels_ms"]
                 detail = "" if kernels is None else "  " + " ".join(f"{k} {v:.2f}" for k, v in kernels.items())
                 compiled = "" if row["compile_s"] is None else f"  first call {row['compile_s']:.1f} s"
+                if row["dynamo"] is not None:
+                    compiled += f"  graphs {row['dynamo']['graphs']}, graph breaks {row['dynamo']['graph_breaks']}"
+                    if row["dynamo"]["break_reasons"]:
+                        compiled += " (" + "; ".join(f"{n}x {reason[:80]}" for reason, n in
+                                                     row["dynamo"]["break_reasons"]) + ")"
                 swapped = "" if row["swapped"] is None else f"  swapped {row['swapped']['pairs']}+" \
                                                            f"{row['swapped']['plain']} " \
                                                            f"({row['swapped']['padded']} padded, " \
