@@ -27,7 +27,8 @@ decode of the same weights (eager, NCHW, computed once), and unless --no-profile
 decode from torch.profiler (ms a decode): convolutions, cuDNN's layout transposes, PyTorch / Inductor GroupNorm,
 gnsilu, attention, matrix products, elementwise and other kernels, then the elementwise kernels that took the most
 time, by short name (PyTorch's functor, e.g. CUDAFunctor_add for residual additions, or Inductor's fused kernel
-kind). L2 is not flushed between decodes: a decode moves gigabytes, far beyond the 60 MB L2.
+kind), and the host calls that waited for the GPU during that decode (synchronizations, blocking copies: a decode
+that makes them cannot queue its kernels ahead). L2 is not flushed between decodes: a decode moves gigabytes, far beyond the 60 MB L2.
 Needs PyTorch with CUDA and diffusers (on a machine without them, carry diffusers' and importlib_metadata's wheels).
 --device cpu runs the same program on the CPU with tiny inputs (a check of the script, not a benchmark).
 """
@@ -168,14 +169,23 @@ def short_name(name):
 
 
 def breakdown(torch, decode, latent, top=8):
-    """ms a decode by kernel category, from torch.profiler's CUDA kernel events of one decode; and the `top`
-    elementwise kernels by short name (where a residual addition, a copy or an upsample spends its time)."""
+    """ms a decode by kernel category, from torch.profiler's CUDA kernel events of one decode; the `top` elementwise
+    kernels by short name (where a residual addition, a copy or an upsample spends its time); and the host calls in
+    the decode that wait for the GPU, by name and count (synchronizations, blocking copies; the profile's own final
+    synchronize not counted): a decode that makes them cannot queue its kernels ahead."""
     from torch.profiler import ProfilerActivity, profile
     totals = dict.fromkeys(CATEGORIES, 0.0)
     elementwise = {}
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         decode(latent)
         torch.cuda.synchronize()
+    waits = {}  # host calls that wait for the GPU (a decode that makes them cannot queue ahead of its kernels)
+    for event in prof.events():
+        name = event.name
+        if ("Synchronize" in name or name in ("cudaMemcpy", "cuMemcpyDtoH_v2", "cuMemcpyDtoH", "cuMemcpy")) \
+                and not str(getattr(event, "device_type", "")).endswith("CUDA"):
+            waits[name] = waits.get(name, 0) + 1
+    waits["cudaDeviceSynchronize"] = waits.get("cudaDeviceSynchronize", 0) - 1  # breakdown's own, after the decode
     for event in prof.events():  # kernels, copies and sets are the events on the device
         if str(getattr(event, "device_type", "")).endswith("CUDA"):
             category = classify(event.name)
@@ -185,7 +195,7 @@ def breakdown(torch, decode, latent, top=8):
                 key = short_name(event.name)
                 elementwise[key] = elementwise.get(key, 0.0) + ms
     ranked = sorted(elementwise.items(), key=lambda kv: -kv[1])[:top]
-    return totals, [[k, v] for k, v in ranked]
+    return totals, [[k, v] for k, v in ranked], {k: v for k, v in waits.items() if v > 0}
 
 
 def memory_breakdown(torch, model, decode, z):
@@ -306,13 +316,14 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
             "graph_breaks": sum(dynamo_counters["graph_break"].values()),
             "graphs": dynamo_counters["stats"].get("unique_graphs", 0),
             "break_reasons": sorted(dynamo_counters["graph_break"].items(), key=lambda kv: -kv[1])[:3]}
-        kernels, elementwise = breakdown(torch, decode, z) if args.profile and args.device == "cuda" else (None, None)
+        kernels, elementwise, waits = breakdown(torch, decode, z) if args.profile and args.device == "cuda" \
+            else (None, None, None)
         memory = None
         if args.memory_breakdown and args.device == "cuda" and not mode.startswith("compile"):
             memory = memory_breakdown(torch, model, decode, z)
     return {"mode": mode, "layout": layout, "ms": statistics.median(times), "peak_gib": peak,
             "relative_l2": error, "out": out.float(), "compile_s": compile_s, "kernels_ms": kernels,
-            "elementwise_top_ms": elementwise, "dynamo": dynamo,
+            "elementwise_top_ms": elementwise, "host_waits": waits, "dynamo": dynamo,
             "swapped": None if swapped is None else {"pairs": swapped.pairs, "plain": swapped.plain,
                                                      "padded": swapped.padded, "biases_moved": swapped.biases_moved},
             "output_shape": list(out.shape), "memory": memory}
@@ -405,6 +416,8 @@ def main():
                 memory = "" if row["memory"] is None else \
                     "  memory: held at a GroupNorm {held_at_norm_gib:.2f} GiB ({held_at}), mid block {mid_block_peak_gib:.2f}, " \
                     "between GroupNorms {between_norms_peak_gib:.2f} ({between})".format(**row["memory"])
+                if row["host_waits"] is not None:
+                    detail += "  host waits: " + (", ".join(f"{n} {k}" for k, n in row["host_waits"].items()) or "none")
                 top = "" if not row["elementwise_top_ms"] else "  elementwise: " + ", ".join(
                     f"{name} {ms:.2f}" for name, ms in row["elementwise_top_ms"])
                 print(f"{case:14} {mode:15} {layout:14} {row['ms']:9.2f} ms  peak {row['peak_gib']:6.2f} GiB  "
