@@ -28,7 +28,7 @@ decode from torch.profiler (ms a decode): convolutions, cuDNN's layout transpose
 gnsilu, attention, matrix products, elementwise and other kernels, then the elementwise kernels that took the most
 time, by short name (PyTorch's functor, e.g. CUDAFunctor_add for residual additions, or Inductor's fused kernel
 kind), and the host calls that waited for the GPU during that decode (synchronizations, blocking copies: a decode
-that makes them cannot queue its kernels ahead). L2 is not flushed between decodes: a decode moves gigabytes, far beyond the 60 MB L2.
+that makes them cannot queue its kernels ahead) and the host calls of most self time. L2 is not flushed between decodes: a decode moves gigabytes, far beyond the 60 MB L2.
 Needs PyTorch with CUDA and diffusers (on a machine without them, carry diffusers' and importlib_metadata's wheels).
 --device cpu runs the same program on the CPU with tiny inputs (a check of the script, not a benchmark).
 """
@@ -172,7 +172,8 @@ def breakdown(torch, decode, latent, top=8):
     """ms a decode by kernel category, from torch.profiler's CUDA kernel events of one decode; the `top` elementwise
     kernels by short name (where a residual addition, a copy or an upsample spends its time); and the host calls in
     the decode that wait for the GPU, by name and count (synchronizations, blocking copies; the profile's own final
-    synchronize not counted): a decode that makes them cannot queue its kernels ahead."""
+    synchronize not counted: a decode that makes them cannot queue its kernels ahead), with the 5 operators or runtime
+    calls of most self time on the CPU under "host_top_ms"."""
     from torch.profiler import ProfilerActivity, profile
     totals = dict.fromkeys(CATEGORIES, 0.0)
     elementwise = {}
@@ -195,7 +196,11 @@ def breakdown(torch, decode, latent, top=8):
                 key = short_name(event.name)
                 elementwise[key] = elementwise.get(key, 0.0) + ms
     ranked = sorted(elementwise.items(), key=lambda kv: -kv[1])[:top]
-    return totals, [[k, v] for k, v in ranked], {k: v for k, v in waits.items() if v > 0}
+    waits = {k: v for k, v in waits.items() if v > 0}
+    # Where the host's time went: the operators and runtime calls with the most self time on the CPU (ms a decode).
+    host = sorted(((a.key, a.self_cpu_time_total / 1e3) for a in prof.key_averages()), key=lambda kv: -kv[1])[:5]
+    waits["host_top_ms"] = [[k, round(v, 2)] for k, v in host]
+    return totals, [[k, v] for k, v in ranked], waits
 
 
 def memory_breakdown(torch, model, decode, z):
@@ -417,7 +422,9 @@ def main():
                     "  memory: held at a GroupNorm {held_at_norm_gib:.2f} GiB ({held_at}), mid block {mid_block_peak_gib:.2f}, " \
                     "between GroupNorms {between_norms_peak_gib:.2f} ({between})".format(**row["memory"])
                 if row["host_waits"] is not None:
-                    detail += "  host waits: " + (", ".join(f"{n} {k}" for k, n in row["host_waits"].items()) or "none")
+                    waits = {k: n for k, n in row["host_waits"].items() if k != "host_top_ms"}
+                    detail += "  host waits: " + (", ".join(f"{n} {k}" for k, n in waits.items()) or "none")
+                    detail += "  host self ms: " + ", ".join(f"{k[:40]} {v:.2f}" for k, v in row["host_waits"]["host_top_ms"])
                 top = "" if not row["elementwise_top_ms"] else "  elementwise: " + ", ".join(
                     f"{name} {ms:.2f}" for name, ms in row["elementwise_top_ms"])
                 print(f"{case:14} {mode:15} {layout:14} {row['ms']:9.2f} ms  peak {row['peak_gib']:6.2f} GiB  "
