@@ -28,7 +28,8 @@ decode from torch.profiler (ms a decode): convolutions, cuDNN's layout transpose
 gnsilu, attention, matrix products, elementwise and other kernels, then the elementwise kernels that took the most
 time, by short name (PyTorch's functor, e.g. CUDAFunctor_add for residual additions, or Inductor's fused kernel
 kind), and the host calls that waited for the GPU during that decode (synchronizations, blocking copies: a decode
-that makes them cannot queue its kernels ahead) and the host calls of most self time. L2 is not flushed between decodes: a decode moves gigabytes, far beyond the 60 MB L2.
+that makes them cannot queue its kernels ahead) and the host calls of most self time. L2 is not flushed between
+decodes: a decode moves gigabytes, far beyond the 60 MB L2.
 Needs PyTorch with CUDA and diffusers (on a machine without them, carry diffusers' and importlib_metadata's wheels).
 --device cpu runs the same program on the CPU with tiny inputs (a check of the script, not a benchmark).
 """
@@ -424,7 +425,8 @@ def main():
                 if row["host_waits"] is not None:
                     waits = {k: n for k, n in row["host_waits"].items() if k != "host_top_ms"}
                     detail += "  host waits: " + (", ".join(f"{n} {k}" for k, n in waits.items()) or "none")
-                    detail += "  host self ms: " + ", ".join(f"{k[:40]} {v:.2f}" for k, v in row["host_waits"]["host_top_ms"])
+                    detail += "  host self ms: " + ", ".join(f"{k[:40]} {v:.2f}"
+                                                             for k, v in row["host_waits"]["host_top_ms"])
                 top = "" if not row["elementwise_top_ms"] else "  elementwise: " + ", ".join(
                     f"{name} {ms:.2f}" for name, ms in row["elementwise_top_ms"])
                 print(f"{case:14} {mode:15} {layout:14} {row['ms']:9.2f} ms  peak {row['peak_gib']:6.2f} GiB  "
