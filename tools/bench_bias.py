@@ -19,22 +19,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 
+from gpu_timing import median_us  # noqa: E402
+
 # The Flux VAE decoder's GroupNorms at 1024x1024 (latent 128x128): the mid block and the four up blocks.
 SHAPES = ((1, 512, 128, 128), (1, 512, 256, 256), (1, 512, 512, 512), (1, 256, 512, 512), (1, 256, 1024, 1024),
           (1, 128, 1024, 1024))
-
-
-def median_us(torch, function, runs, flush):
-    times = []
-    for _ in range(runs + 2):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        function()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    return statistics.median(times[2:])
 
 
 def main():

@@ -10,27 +10,15 @@ one-pass kernel that writes the interior only); the padded call against the copy
 """
 import argparse
 import os
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 
+from gpu_timing import median_us  # noqa: E402
+
 SHAPES = ((1, 512, 3, 40, 64), (1, 512, 5, 80, 128), (1, 256, 9, 160, 256), (1, 128, 9, 320, 512))
 PAD = (1, 1, 1, 1, 2, 0)  # HunyuanVideoCausalConv3d with kernel 3: (W, W, H, H, T - 1, 0)
-
-
-def median_us(torch, function, runs, flush):
-    times = []
-    for _ in range(runs + 2):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        function()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    return statistics.median(times[2:])
 
 
 def main():
