@@ -335,6 +335,13 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
             "output_shape": list(out.shape), "memory": memory}
 
 
+def write_json(path, rows):
+    """The rows so far to `path`, replaced whole (written beside it, then renamed: never half a file)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(rows, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="flux-512,flux-1024,hunyuan-video")
@@ -353,7 +360,7 @@ def main():
     parser.add_argument("--no-move-bias", dest="move_bias", action="store_false",
                         help="+gnsilu rows: swap with move_bias=False (each convolution adds its own bias)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--json", help="write the rows there too")
+    parser.add_argument("--json", help="write the rows there too (after each row, so a run cut short keeps them)")
     parser.add_argument("--memory-breakdown", action="store_true",
                         help="eager rows: one more decode with hooks at every GroupNorm and on the mid block (the "
                              "memory held at a GroupNorm's entry, the mid block's peak, the peak between two "
@@ -432,11 +439,12 @@ def main():
                 print(f"{case:14} {mode:15} {layout:14} {row['ms']:9.2f} ms  peak {row['peak_gib']:6.2f} GiB  "
                       f"rel L2 {row['relative_l2']:.2e} (to the first row {row['relative_l2_to_first']:.2e}){swapped}"
                       f"{compiled}{detail}{memory}{top}", flush=True)
+                if args.json:  # after every row: a run cut by a time limit keeps the rows it finished
+                    write_json(args.json, rows)
                 if args.device == "cuda":
                     torch.cuda.empty_cache()
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        write_json(args.json, rows)
     print("\n| case | mode | layout | ms | peak GiB | rel. L2 to fp32 | rel. L2 to the first row | " +
           " | ".join(CATEGORIES) + " |")
     print("|" + "---|" * (7 + len(CATEGORIES)))
