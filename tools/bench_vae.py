@@ -171,37 +171,32 @@ def short_name(name):
 
 def breakdown(torch, decode, latent, top=8):
     """ms a decode by kernel category, from torch.profiler's CUDA kernel events of one decode; the `top` elementwise
-    kernels by short name (where a residual addition, a copy or an upsample spends its time); and the host calls in
-    the decode that wait for the GPU, by name and count (synchronizations, blocking copies; the profile's own final
-    synchronize not counted: a decode that makes them cannot queue its kernels ahead), with the 5 operators or runtime
-    calls of most self time on the CPU under "host_top_ms"."""
+    kernels by short name (where a residual addition, a copy or an upsample spends its time); the host calls in the
+    decode that wait for the GPU, by name and count (synchronizations, blocking copies; the profile's own final
+    synchronize not counted: a decode that makes them cannot queue its kernels ahead); and the 5 operators or runtime
+    calls of most self time on the CPU (ms)."""
     from torch.profiler import ProfilerActivity, profile
     totals = dict.fromkeys(CATEGORIES, 0.0)
     elementwise = {}
+    waits = {"cudaDeviceSynchronize": -1}  # breakdown's own synchronize, after the decode, not counted
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         decode(latent)
         torch.cuda.synchronize()
-    waits = {}  # host calls that wait for the GPU (a decode that makes them cannot queue ahead of its kernels)
     for event in prof.events():
         name = event.name
-        if ("Synchronize" in name or name in ("cudaMemcpy", "cuMemcpyDtoH_v2", "cuMemcpyDtoH", "cuMemcpy")) \
-                and not str(getattr(event, "device_type", "")).endswith("CUDA"):
-            waits[name] = waits.get(name, 0) + 1
-    waits["cudaDeviceSynchronize"] = waits.get("cudaDeviceSynchronize", 0) - 1  # breakdown's own, after the decode
-    for event in prof.events():  # kernels, copies and sets are the events on the device
-        if str(getattr(event, "device_type", "")).endswith("CUDA"):
-            category = classify(event.name)
+        if str(getattr(event, "device_type", "")).endswith("CUDA"):  # kernels, copies and sets: events on the device
+            category = classify(name)
             ms = event.time_range.elapsed_us() / 1e3  # us -> ms
             totals[category] += ms
             if category == "elementwise":
-                key = short_name(event.name)
+                key = short_name(name)
                 elementwise[key] = elementwise.get(key, 0.0) + ms
+        elif "Synchronize" in name or name in ("cudaMemcpy", "cuMemcpyDtoH_v2", "cuMemcpyDtoH", "cuMemcpy"):
+            waits[name] = waits.get(name, 0) + 1
     ranked = sorted(elementwise.items(), key=lambda kv: -kv[1])[:top]
-    waits = {k: v for k, v in waits.items() if v > 0}
-    # Where the host's time went: the operators and runtime calls with the most self time on the CPU (ms a decode).
     host = sorted(((a.key, a.self_cpu_time_total / 1e3) for a in prof.key_averages()), key=lambda kv: -kv[1])[:5]
-    waits["host_top_ms"] = [[k, round(v, 2)] for k, v in host]
-    return totals, [[k, v] for k, v in ranked], waits
+    return (totals, [[k, v] for k, v in ranked], {k: v for k, v in waits.items() if v > 0},
+            [[k, round(v, 2)] for k, v in host])
 
 
 def memory_breakdown(torch, model, decode, z):
@@ -322,14 +317,15 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
             "graph_breaks": sum(dynamo_counters["graph_break"].values()),
             "graphs": dynamo_counters["stats"].get("unique_graphs", 0),
             "break_reasons": sorted(dynamo_counters["graph_break"].items(), key=lambda kv: -kv[1])[:3]}
-        kernels, elementwise, waits = breakdown(torch, decode, z) if args.profile and args.device == "cuda" \
-            else (None, None, None)
+        kernels, elementwise, waits, host_top = breakdown(torch, decode, z) \
+            if args.profile and args.device == "cuda" else (None, None, None, None)
         memory = None
         if args.memory_breakdown and args.device == "cuda" and not mode.startswith("compile"):
             memory = memory_breakdown(torch, model, decode, z)
     return {"mode": mode, "layout": layout, "ms": statistics.median(times), "peak_gib": peak,
             "relative_l2": error, "out": out.float(), "compile_s": compile_s, "kernels_ms": kernels,
-            "elementwise_top_ms": elementwise, "host_waits": waits, "dynamo": dynamo,
+            "elementwise_top_ms": elementwise, "host_waits": waits, "host_top_ms": host_top,
+            "dynamo": dynamo,
             "swapped": None if swapped is None else {"pairs": swapped.pairs, "plain": swapped.plain,
                                                      "padded": swapped.padded, "biases_moved": swapped.biases_moved},
             "output_shape": list(out.shape), "memory": memory}
@@ -430,10 +426,9 @@ def main():
                     "  memory: held at a GroupNorm {held_at_norm_gib:.2f} GiB ({held_at}), mid block {mid_block_peak_gib:.2f}, " \
                     "between GroupNorms {between_norms_peak_gib:.2f} ({between})".format(**row["memory"])
                 if row["host_waits"] is not None:
-                    waits = {k: n for k, n in row["host_waits"].items() if k != "host_top_ms"}
-                    detail += "  host waits: " + (", ".join(f"{n} {k}" for k, n in waits.items()) or "none")
-                    detail += "  host self ms: " + ", ".join(f"{k[:40]} {v:.2f}"
-                                                             for k, v in row["host_waits"]["host_top_ms"])
+                    detail += "  host waits: " + (", ".join(f"{n} {k}" for k, n in row["host_waits"].items()) or
+                                                  "none")
+                    detail += "  host self ms: " + ", ".join(f"{k[:40]} {v:.2f}" for k, v in row["host_top_ms"])
                 top = "" if not row["elementwise_top_ms"] else "  elementwise: " + ", ".join(
                     f"{name} {ms:.2f}" for name, ms in row["elementwise_top_ms"])
                 print(f"{case:14} {mode:15} {layout:14} {row['ms']:9.2f} ms  peak {row['peak_gib']:6.2f} GiB  "
