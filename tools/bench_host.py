@@ -10,7 +10,8 @@ PyTorch's F.silu(F.group_norm(...)) for comparison; in both layouts. Then the fu
 (gnsilu_group_norm through ctypes with a problem built once: the library's host work and launches), the function
 with that C call made a no-op (the Python around it, plus about 0.3 us of the swap that stubs it), and for scale
 torch.empty_like(x) and one PyTorch elementwise kernel. Also the GPU time of one call (CUDA events)
-to show that small activations were host-bound.
+to show that small activations were host-bound. Last, the op on inputs in neither layout that gnsilu._strided takes
+(a video's frames as a batch, and frames first), against the checked path that every such call took before.
 """
 import argparse
 import ctypes
@@ -36,6 +37,36 @@ def _stubbed(entry, call):
 
 def _noop(*args):
     return 0
+
+
+def _gpu_us(torch, call):
+    """GPU time of one call (CUDA events over 100 calls), after 20 that resolve the key and fill the fast path."""
+    for _ in range(20):
+        call()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(100):
+        call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / 100
+
+
+def _host_us(torch, call, calls, batch):
+    """Host time of one call, the median over batches of `batch` calls, each batch queued behind a sleep kernel
+    longer than the batch takes to queue (100 us a call), so that the GPU never catches up and the launch queue never
+    fills: the host time of the loop is what perf_counter measures. Synchronised between batches, not timed."""
+    call()
+    per_call = []
+    for _ in range(max(1, calls // batch)):
+        torch.cuda._sleep(int(batch * 100 * 2000))  # cycles, at about 2 GHz
+        begin = time.perf_counter()
+        for _ in range(batch):
+            call()
+        per_call.append((time.perf_counter() - begin) / batch * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(per_call)
 
 
 def main():
@@ -92,29 +123,31 @@ def main():
         calls["y.add_(1) (one PyTorch kernel)"] = lambda: y.add_(1)
         with torch.inference_mode():
             for name, call in calls.items():
-                for _ in range(20):  # resolves the key (tunes on first use), fills the fast path
-                    call()
-                torch.cuda.synchronize()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(100):
-                    call()
-                end.record()
-                end.synchronize()
-                gpu_us = start.elapsed_time(end) * 1e3 / 100
-                # Batches of `batch` calls, each queued behind a sleep kernel longer than the batch takes to
-                # queue (100 us a call), so that the GPU never catches up and the launch queue never fills; the
-                # host time of the loop is what perf_counter measures. Synchronised between batches, not timed.
-                per_call = []
-                for _ in range(args.calls // args.batch):
-                    torch.cuda._sleep(int(args.batch * 100 * 2000))  # cycles, at about 2 GHz
-                    begin = time.perf_counter()
-                    for _ in range(args.batch):
-                        call()
-                    per_call.append((time.perf_counter() - begin) / args.batch * 1e6)
-                    torch.cuda.synchronize()
-                loops = per_call
-                print(f"{layout:14} {name:32} {statistics.median(loops):12.2f} {gpu_us:12.2f}", flush=True)
+                print(f"{layout:14} {name:32} {_host_us(torch, call, args.calls, args.batch):12.2f} "
+                      f"{_gpu_us(torch, call):12.2f}", flush=True)
+    # Inputs in neither layout that gnsilu._strided takes without a copy (the frames of a video as a batch: Mochi's
+    # and Magvit's per-frame GroupNorm; frames first: upsamplers' permutes), here small (MIN_BYTES lowered) since
+    # the host's work does not depend on the size: the op (the fast path from the second call) against the checked
+    # path every call took before. Five launches a call: batches of a fifth.
+    from gnsilu import _strided
+    _strided.MIN_BYTES = 0
+    frames = 4
+    spatial = tuple(max(1, s // 2) for s in shape[2:])
+    strided = {"channels first": torch.randn((1, channels, frames) + spatial, device="cuda",
+                                             dtype=torch.bfloat16).transpose(1, 2)[0],
+               "frames first": torch.randn((1, frames, channels) + spatial, device="cuda",
+                                           dtype=torch.bfloat16).transpose(1, 2)}
+    for order, xs in strided.items():
+        assert _strided.plan(xs) is not None
+        calls = {"torch.ops.gnsilu.group_norm": lambda: torch.ops.gnsilu.group_norm(xs, args.groups, weight, bias,
+                                                                                      1e-6),
+                 "the checked path (every call)": lambda: _strided._checked(torch, xs, args.groups, weight, bias,
+                                                                           1e-6, "silu", None, None,
+                                                                           _strided.plan(xs), None)}
+        with torch.inference_mode():
+            for name, call in calls.items():
+                print(f"{order:14} {name:32} {_host_us(torch, call, args.calls // 5, args.batch // 5):12.2f} "
+                      f"{_gpu_us(torch, call):12.2f}", flush=True)
     return 0
 
 

@@ -14,11 +14,21 @@ Two orders are taken (`plan`):
     channels in one sample are added, and each plane is normalized with its (m, group)'s sum, its channel's weight
     and bias.
 The output has x's strides (torch.empty_like(x)), as the op's fake implementation says.
+
+A call whose key (what the dense path's fast table keys on: x's shape, strides, dtype and device, the arguments, and
+weight's, bias's and input_bias's dtype, device, shape and strides) was checked and run before takes the fast path
+(session 13: the checked path cost ~380 us of host time a call in Magvit's compiled decode, more than the GPU's
+~100 us, so the GPU waited): the two C calls from copies of the problems built then, and the per-plane weight, bias
+and input bias of the channels-first order kept from call to call (for the same tensor object at the same version
+and address; a tensor modified in place or a new one gets its own). The bits are the checked path's.
 """
-from . import _api
-from ._checks import _groups
+import ctypes
+import weakref
+
+from . import _api, _lib
+from ._checks import NONE, _activation_code, _eps, _groups, _problem
 from ._errors import invalid_argument
-from ._torch_adapter import _torch_input_bias, refuse_grad
+from ._torch_adapter import _fast_key, _raw_stream, _torch_code, _torch_input_bias, refuse_grad
 
 FRAMES_FIRST = "frames first"
 CHANNELS_FIRST = "channels first"
@@ -51,6 +61,20 @@ def group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype=No
     order = order or plan(x)
     if order is None:
         raise ValueError("gnsilu._strided.group_norm: x is in neither order this path takes")
+    key = None
+    if out is None:
+        key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype, None, input_bias)
+        entry = _fast_entry(torch, key, (x, weight, bias, input_bias))
+        if entry is not None:
+            return _fast_call(torch, entry, x, weight, bias, input_bias)
+    y = _checked(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out, order, input_bias)
+    if key is not None:
+        _remember(torch, key, order, x, y, num_groups, weight, bias, eps, activation)
+    return y
+
+
+def _checked(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out, order, input_bias):
+    """group_norm's checked path: every argument checked, and the calls made through gnsilu's public functions."""
     channels = x.shape[1]
     num_groups = _groups(num_groups, channels)  # the dense path's check
     input_bias, _ = _torch_input_bias(torch, input_bias, x, channels)  # the dense path's check (and contiguous copy)
@@ -74,11 +98,139 @@ def group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype=No
     z = x.transpose(0, 1).reshape(1, planes, *x.shape[2:])  # a view: x.transpose(0, 1) is contiguous
     y_z = y.transpose(0, 1).view(1, planes, *x.shape[2:])
     per_group = channels // num_groups
-    plane_input_bias = None if input_bias is None else input_bias.repeat_interleave(m)  # plane c*m + i: channel c
+    plane_input_bias = _per_plane(input_bias, m)  # plane c*m + i: channel c
     stats = _api.group_stats(z, planes, input_bias=plane_input_bias).view(num_groups, per_group, m, _api.STATS_WORDS)
     merged = stats.sum(1, keepdim=True).expand(num_groups, per_group, m, _api.STATS_WORDS)
-    plane_weight = None if weight is None else weight.repeat_interleave(m)
-    plane_bias = None if bias is None else bias.repeat_interleave(m)
+    plane_weight, plane_bias = _per_plane(weight, m), _per_plane(bias, m)
     _api.group_norm_apply(z, merged.reshape(1, planes, _api.STATS_WORDS), plane_weight, plane_bias, eps, activation,
                           out=y_z, input_bias=plane_input_bias)
     return y
+
+
+# ---- the fast path: calls whose key was checked and run before ---------------------------------------------------
+_FAST_LIMIT = 256  # keys kept (and per-plane tensors kept); each table starts again when full
+_fast_calls = {}
+_planes = {}  # id(tensor) -> (weak reference, version, address, planes per channel, the per-plane tensor)
+
+
+class _Entry:
+    """What a fast call needs: the two problems (x, y, weight, bias and input_bias set per call), the records'
+    shapes, the output's dtype and the two C functions (the CPU reference's for CPU tensors)."""
+    __slots__ = ("planes", "stats_problem", "apply_problem", "stats_shape", "merge_view", "y_dtype", "stats",
+                 "apply")
+
+
+def _per_plane(tensor, m):
+    """tensor.repeat_interleave(m) (channel c's value for planes c*m .. c*m + m - 1), or None for None; kept for the
+    next call with the same tensor object at the same version and address (a weight is the same from call to call)."""
+    if tensor is None:
+        return None
+    try:
+        version = tensor._version
+    except RuntimeError:  # an inference tensor keeps no version counter: not kept
+        return tensor.repeat_interleave(m)
+    kept = _planes.get(id(tensor))
+    if kept is not None and kept[0]() is tensor and kept[1:4] == (version, tensor.data_ptr(), m):
+        return kept[4]
+    planes = tensor.repeat_interleave(m)
+    if len(_planes) >= _FAST_LIMIT:
+        _planes.clear()
+    _planes[id(tensor)] = (weakref.ref(tensor), version, tensor.data_ptr(), m, planes)
+    return planes
+
+
+def _fast_entry(torch, key, tensors):
+    """The table's entry for key, or None (no key, not run before, or grad mode with an input that requires grad:
+    the checked path, which refuses it)."""
+    if key is None:
+        return None
+    try:
+        entry = _fast_calls.get(key)
+    except TypeError:  # an unhashable argument
+        return None
+    if entry is not None and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        return None
+    return entry
+
+
+def _remember(torch, key, order, x, y, num_groups, weight, bias, eps, activation):
+    """Puts the problems of a checked call into the table. Kept only where weight, bias and input bias are
+    contiguous (their pointers, or their per-plane copies', are then what the C calls take) and the key hashable."""
+    if any(t is not None and t.stride() != (1,) for t in (weight, bias)) or (key[-1] is not None
+                                                                            and key[-1][-1] != (1,)):
+        return
+    try:
+        hash(key)
+    except TypeError:
+        return
+    channels = x.shape[1]
+    groups = _groups(num_groups, channels)
+    entry = _Entry()
+    if order == FRAMES_FIRST:  # z: (N*T, C, *spatial), the (n, t) pieces' records added over t
+        n, t = x.shape[0], x.shape[2]
+        shape, z_groups, entry.planes = (n * t, channels, *x.shape[3:]), groups, 0
+        entry.merge_view = (n, t, groups, _api.STATS_WORDS)
+    else:  # z: (1, C*M, *spatial), each plane a group; the records of a group's channels added
+        m = x.shape[0]
+        shape, z_groups, entry.planes = (1, channels * m, *x.shape[2:]), channels * m, m
+        entry.merge_view = (groups, channels // groups, m, _api.STATS_WORDS)
+    entry.stats_shape = (shape[0], z_groups, _api.STATS_WORDS)
+    x_code = _torch_code(torch, x, "x")
+    parameters = [(None, NONE) if t is None else (None, _torch_code(torch, t, name))
+                  for t, name in ((weight, "weight"), (bias, "bias"))]
+    entry.stats_problem = _problem(None, x_code, None, x_code, "channels_first", shape, z_groups, (None, NONE),
+                                   (None, NONE), 1e-6, 0)
+    entry.apply_problem = _problem(None, x_code, None, _torch_code(torch, y, "y"), "channels_first", shape, z_groups,
+                                   parameters[0], parameters[1], _eps(eps), _activation_code(activation))
+    entry.y_dtype = y.dtype
+    library = _lib.library()[0]
+    if x.is_cuda:
+        stats_function, apply_function = library.gnsilu_group_stats, library.gnsilu_group_norm_apply
+        entry.stats = lambda problem, stats, stream: stats_function(problem, stats, None, 0, stream)
+        entry.apply = lambda problem, stats, stream: apply_function(problem, stats, None, 0, stream)
+    else:  # the library's CPU reference (the same records and bits)
+        stats_function, apply_function = library.gnsilu_reference_group_stats, library.gnsilu_reference_group_norm_apply
+        entry.stats = lambda problem, stats, stream: stats_function(problem, stats, 0)
+        entry.apply = lambda problem, stats, stream: apply_function(problem, stats, 0)
+    if len(_fast_calls) >= _FAST_LIMIT:
+        _fast_calls.clear()
+    _fast_calls[key] = entry
+
+
+def _fast_call(torch, entry, x, weight, bias, input_bias):
+    """group_norm of a call whose key is in the table: the checked path's two C calls and its merge, nothing checked
+    again in Python (the library checks each problem in C)."""
+    y = torch.empty_like(x, dtype=entry.y_dtype)
+    stats = torch.empty(entry.stats_shape, dtype=torch.int64, device=x.device)
+    if entry.planes:  # held here until the calls return
+        weight, bias, input_bias = (_per_plane(t, entry.planes) for t in (weight, bias, input_bias))
+    stats_problem = _lib.Problem.from_buffer_copy(entry.stats_problem)
+    apply_problem = _lib.Problem.from_buffer_copy(entry.apply_problem)
+    stats_problem.x = apply_problem.x = x.data_ptr()
+    apply_problem.y = y.data_ptr()
+    if weight is not None:
+        apply_problem.weight = weight.data_ptr()
+    if bias is not None:
+        apply_problem.bias = bias.data_ptr()
+    if input_bias is not None:
+        stats_problem.input_bias = apply_problem.input_bias = input_bias.data_ptr()
+    if not x.is_cuda:
+        _run(entry, stats, stats_problem, apply_problem, None)
+        return y
+    index = x.device.index
+    if index == torch.cuda.current_device():
+        _run(entry, stats, stats_problem, apply_problem, _raw_stream(torch)(index))
+    else:
+        with torch.cuda.device(index):
+            _run(entry, stats, stats_problem, apply_problem, _raw_stream(torch)(index))
+    return y
+
+
+def _run(entry, stats, stats_problem, apply_problem, stream):
+    status = entry.stats(ctypes.byref(stats_problem), stats.data_ptr(), stream)
+    if status != 0:
+        _lib.raise_for_status(status)
+    merged = stats.view(entry.merge_view).sum(1, keepdim=True).expand(entry.merge_view).contiguous()
+    status = entry.apply(ctypes.byref(apply_problem), merged.data_ptr(), stream)
+    if status != 0:
+        _lib.raise_for_status(status)

@@ -977,6 +977,11 @@ class TestFrameGroupNorm(unittest.TestCase):
                 self.assertEqual(calls[0], 1, f"{order}: gnsilu did not run ({calls})")
                 self.assertEqual(y.stride(), x.stride(), order)
                 self.assertTrue(same_bits(y.contiguous(), expected), f"{order} {dtype}")
+                with torch.inference_mode(), mock.patch.object(_strided, "_fast_call",
+                                                               wraps=_strided._fast_call) as fast:
+                    y_again = norm(x)  # the same key: the strided fast path
+                self.assertEqual(fast.call_count, 1, f"{order}: the second call did not take the fast path")
+                self.assertTrue(same_bits(y_again.contiguous(), expected), f"{order} {dtype}, fast path")
             module = gt.FrameGroupNorm(norm)
             with torch.inference_mode():
                 frames = video.transpose(1, 2).reshape(5, 64, 24, 20)

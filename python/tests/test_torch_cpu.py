@@ -1145,6 +1145,41 @@ class TestStridedOrders(unittest.TestCase):
                         ref = F.silu(ref) if activation == "silu" else ref
                         self.assertLess((y.double() - ref).abs().max().item(), 0.05 * max(1.0, ref.abs().max().item()))
 
+    def test_repeated_calls_take_the_fast_path(self):
+        """A second call with the same key skips the checked path (its two C calls from the problems kept then) and
+        gives the same bits; the per-plane weight of the channels-first order follows the weight: modified in place,
+        or another tensor, the output follows. Grad mode with a weight that requires grad is still refused."""
+        from gnsilu import _strided
+        torch.manual_seed(12)
+        cases = ((lambda d: d.transpose(1, 2), (2, 3, 16, 5, 6)), (lambda d: d.transpose(1, 2)[0], (1, 16, 3, 5, 6)))
+        for view, stored in cases:
+            x = view((torch.randn(stored) * 3 + 50).to(torch.bfloat16))
+            w, b, ib = torch.randn(16), torch.randn(16), torch.randn(16).to(torch.bfloat16)
+            _strided._fast_calls.clear()
+            with self.subTest(stored=stored), mock.patch.object(_strided, "_checked", wraps=_strided._checked) as checked:
+                first = _strided.group_norm(torch, x, 4, w, b, 1e-6, "silu", input_bias=ib)
+                again = _strided.group_norm(torch, x, 4, w, b, 1e-6, "silu", input_bias=ib)
+                self.assertEqual(checked.call_count, 1)  # the second call: the fast path
+                self.assertEqual(again.stride(), x.stride())
+                self.assertTrue(torch.equal(again, first))
+                self.assertTrue(torch.equal(first, self._reference_with(x, ib, w, b)))
+                x2 = view((torch.randn(stored) * 2 - 7).to(torch.bfloat16))  # same key, other values
+                self.assertTrue(torch.equal(_strided.group_norm(torch, x2, 4, w, b, 1e-6, "silu", input_bias=ib),
+                                            self._reference_with(x2, ib, w, b)))
+                w.mul_(-2)  # in place: a new version
+                self.assertTrue(torch.equal(_strided.group_norm(torch, x, 4, w, b, 1e-6, "silu", input_bias=ib),
+                                            self._reference_with(x, ib, w, b)))
+                w2 = torch.randn(16)  # another tensor, same key
+                self.assertTrue(torch.equal(_strided.group_norm(torch, x, 4, w2, b, 1e-6, "silu", input_bias=ib),
+                                            self._reference_with(x, ib, w2, b)))
+                self.assertEqual(checked.call_count, 1)
+                with self.assertRaises(gnsilu.InvalidArgumentError):
+                    _strided.group_norm(torch, x, 4, w.clone().requires_grad_(), b, 1e-6, "silu", input_bias=ib)
+
+    def _reference_with(self, x, input_bias, w, b):
+        shape = (1, -1) + (1,) * (x.dim() - 2)
+        return self._reference(x + input_bias.view(shape), 4, w, b, "silu")
+
     def test_what_it_takes_and_refuses(self):
         from gnsilu import _strided
         x = torch.randn(2, 8, 3, 4, 5)
