@@ -28,7 +28,8 @@ import weakref
 from . import _api, _lib
 from ._checks import NONE, _activation_code, _eps, _groups, _problem
 from ._errors import invalid_argument
-from ._torch_adapter import _fast_key, _raw_stream, _torch_code, _torch_input_bias, refuse_grad
+from ._torch_adapter import (_fast_key, _raw_stream, _torch_code, _torch_input_bias, fast_entry, problem_with,
+                             refuse_grad)
 
 FRAMES_FIRST = "frames first"
 CHANNELS_FIRST = "channels first"
@@ -64,7 +65,7 @@ def group_norm(torch, x, num_groups, weight, bias, eps, activation, out_dtype=No
     key = None
     if out is None:
         key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype, None, input_bias)
-        entry = _fast_entry(torch, key, (x, weight, bias, input_bias))
+        entry = fast_entry(torch, _fast_calls, key, (x, weight, bias, input_bias))
         if entry is not None:
             return _fast_call(torch, entry, x, weight, bias, input_bias)
     y = _checked(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out, order, input_bias)
@@ -139,20 +140,6 @@ def _per_plane(tensor, m):
     return planes
 
 
-def _fast_entry(torch, key, tensors):
-    """The table's entry for key, or None (no key, not run before, or grad mode with an input that requires grad:
-    the checked path, which refuses it)."""
-    if key is None:
-        return None
-    try:
-        entry = _fast_calls.get(key)
-    except TypeError:  # an unhashable argument
-        return None
-    if entry is not None and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        return None
-    return entry
-
-
 def _remember(torch, key, order, x, y, num_groups, weight, bias, eps, activation):
     """Puts the problems of a checked call into the table. Kept only where weight, bias and input bias are
     contiguous (their pointers, or their per-plane copies', are then what the C calls take) and the key hashable."""
@@ -204,16 +191,8 @@ def _fast_call(torch, entry, x, weight, bias, input_bias):
     stats = torch.empty(entry.stats_shape, dtype=torch.int64, device=x.device)
     if entry.planes:  # held here until the calls return
         weight, bias, input_bias = (_per_plane(t, entry.planes) for t in (weight, bias, input_bias))
-    stats_problem = _lib.Problem.from_buffer_copy(entry.stats_problem)
-    apply_problem = _lib.Problem.from_buffer_copy(entry.apply_problem)
-    stats_problem.x = apply_problem.x = x.data_ptr()
-    apply_problem.y = y.data_ptr()
-    if weight is not None:
-        apply_problem.weight = weight.data_ptr()
-    if bias is not None:
-        apply_problem.bias = bias.data_ptr()
-    if input_bias is not None:
-        stats_problem.input_bias = apply_problem.input_bias = input_bias.data_ptr()
+    stats_problem = problem_with(entry.stats_problem, x, None, None, None, input_bias)
+    apply_problem = problem_with(entry.apply_problem, x, y, weight, bias, input_bias)
     if not x.is_cuda:
         _run(entry, stats, stats_problem, apply_problem, None)
         return y

@@ -164,6 +164,37 @@ def _raw_stream(torch):
     return lambda index: torch.cuda.current_stream(index).cuda_stream
 
 
+def problem_with(template, x, y, weight, bias, input_bias):
+    """A copy of a kept problem (a Problem, or its bytes) with the pointers of this call's tensors (None: left as
+    the template has it)."""
+    problem = _lib.Problem.from_buffer_copy(template)
+    problem.x = x.data_ptr()
+    if y is not None:
+        problem.y = y.data_ptr()
+    if weight is not None:
+        problem.weight = weight.data_ptr()
+    if bias is not None:
+        problem.bias = bias.data_ptr()
+    if input_bias is not None:
+        problem.input_bias = input_bias.data_ptr()
+    return problem
+
+
+def fast_entry(torch, table, key, tensors):
+    """table's entry for key, or None where the checked path must run: no key, a key not run before (or one that
+    cannot be hashed), or grad mode with one of `tensors` (None allowed) requiring grad (the checked path refuses
+    it). gnsilu._strided's table shares this."""
+    if key is None:
+        return None
+    try:
+        entry = table.get(key)
+    except TypeError:  # an unhashable argument
+        return None
+    if entry is None or (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)):
+        return None
+    return entry
+
+
 def torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dtype, key=None, out=None,
                     input_bias=None):
     """y of group_norm(x, num_groups, weight, bias, eps, activation code, out_dtype, out=out, input_bias=input_bias)
@@ -172,27 +203,11 @@ def torch_fast_call(torch, x, num_groups, weight, bias, eps, activation, out_dty
     out when given."""
     if key is None:
         key = _fast_key(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out, input_bias)
-        if key is None:
-            return None
-    try:
-        entry = _fast_calls.get(key)
-    except TypeError:  # an unhashable argument
-        return None
-    if entry is None or (torch.is_grad_enabled() and (
-            x.requires_grad or (weight is not None and weight.requires_grad)
-            or (bias is not None and bias.requires_grad) or (out is not None and out.requires_grad)
-            or (input_bias is not None and input_bias.requires_grad))):
+    entry = fast_entry(torch, _fast_calls, key, (x, weight, bias, out, input_bias))
+    if entry is None:
         return None
     y = torch.empty_like(x, dtype=entry.y_dtype) if out is None else out  # x is dense in its layout: y gets its strides
-    problem = _lib.Problem.from_buffer_copy(entry.template)
-    problem.x = x.data_ptr()
-    problem.y = y.data_ptr()
-    if weight is not None:
-        problem.weight = weight.data_ptr()
-    if bias is not None:
-        problem.bias = bias.data_ptr()
-    if input_bias is not None:
-        problem.input_bias = input_bias.data_ptr()
+    problem = problem_with(entry.template, x, y, weight, bias, input_bias)
     index = x.device.index
     if index == torch.cuda.current_device():
         status = entry.function(ctypes.byref(problem), None, 0, _raw_stream(torch)(index))
