@@ -1172,6 +1172,15 @@ class TestStridedOrders(unittest.TestCase):
                 w2 = torch.randn(16)  # another tensor, same key
                 self.assertTrue(torch.equal(_strided.group_norm(torch, x, 4, w2, b, 1e-6, "silu", input_bias=ib),
                                             self._reference_with(x, ib, w2, b)))
+                with torch.inference_mode():  # inference tensors keep no version: their planes are made anew
+                    w3 = torch.randn(16)
+                    for _ in range(2):
+                        self.assertTrue(torch.equal(
+                            _strided.group_norm(torch, x, 4, w3, b, 1e-6, "silu", input_bias=ib),
+                            self._reference_with(x, ib, w3, b)))
+                    w3.mul_(3)
+                    self.assertTrue(torch.equal(_strided.group_norm(torch, x, 4, w3, b, 1e-6, "silu", input_bias=ib),
+                                                self._reference_with(x, ib, w3, b)))
                 self.assertEqual(checked.call_count, 1)
                 with self.assertRaises(gnsilu.InvalidArgumentError):
                     _strided.group_norm(torch, x, 4, w.clone().requires_grad_(), b, 1e-6, "silu", input_bias=ib)
