@@ -85,27 +85,37 @@ def _checked(torch, x, num_groups, weight, bias, eps, activation, out_dtype, out
         raise invalid_argument("out", f"must have x's shape and strides {tuple(x.shape)} {x.stride()}, got "
                                       f"{tuple(out.shape)} {out.stride()}")
     y = torch.empty_like(x, dtype=x.dtype if out_dtype is None else out_dtype) if out is None else out
+    shape, z_groups, planes, merge_view = _geometry(order, x, num_groups)
+    z, y_z = _dense(order, x, shape), _dense(order, y, shape)
+    if planes:  # plane c*m + i: channel c
+        weight, bias, input_bias = (_per_plane(t, planes) for t in (weight, bias, input_bias))
+    stats = _api.group_stats(z, z_groups, input_bias=input_bias)
+    _api.group_norm_apply(z, _merged(stats, merge_view).view(stats.shape), weight, bias, eps, activation, out=y_z,
+                          input_bias=input_bias)
+    return y
+
+
+def _geometry(order, x, groups):
+    """How x (in `order`) is read as the contiguous tensor z and its records merged: z's shape, z's groups, the
+    planes per channel (channels first; 0 for frames first) and the view of z's records whose dimension 1 is
+    summed. Frames first: z is (N*T, C, *spatial), the (n, t) pieces' records added over t. Channels first: z is
+    (1, C*M, *spatial), each plane a group, the records of a group's channels added."""
+    channels = x.shape[1]
     if order == FRAMES_FIRST:
         n, t = x.shape[0], x.shape[2]
-        z = x.transpose(1, 2).reshape(n * t, channels, *x.shape[3:])  # a view: x.transpose(1, 2) is contiguous
-        y_z = y.transpose(1, 2).view(n * t, channels, *x.shape[3:])
-        stats = _api.group_stats(z, num_groups, input_bias=input_bias).view(n, t, num_groups, _api.STATS_WORDS)
-        merged = stats.sum(1, keepdim=True).expand(n, t, num_groups, _api.STATS_WORDS)
-        _api.group_norm_apply(z, merged.reshape(n * t, num_groups, _api.STATS_WORDS), weight, bias, eps, activation,
-                              out=y_z, input_bias=input_bias)
-        return y
+        return (n * t, channels, *x.shape[3:]), groups, 0, (n, t, groups, _api.STATS_WORDS)
     m = x.shape[0]
-    planes = channels * m
-    z = x.transpose(0, 1).reshape(1, planes, *x.shape[2:])  # a view: x.transpose(0, 1) is contiguous
-    y_z = y.transpose(0, 1).view(1, planes, *x.shape[2:])
-    per_group = channels // num_groups
-    plane_input_bias = _per_plane(input_bias, m)  # plane c*m + i: channel c
-    stats = _api.group_stats(z, planes, input_bias=plane_input_bias).view(num_groups, per_group, m, _api.STATS_WORDS)
-    merged = stats.sum(1, keepdim=True).expand(num_groups, per_group, m, _api.STATS_WORDS)
-    plane_weight, plane_bias = _per_plane(weight, m), _per_plane(bias, m)
-    _api.group_norm_apply(z, merged.reshape(1, planes, _api.STATS_WORDS), plane_weight, plane_bias, eps, activation,
-                          out=y_z, input_bias=plane_input_bias)
-    return y
+    return (1, channels * m, *x.shape[2:]), channels * m, m, (groups, channels // groups, m, _api.STATS_WORDS)
+
+
+def _dense(order, t, shape):
+    """t (x, or y with x's strides) as z's contiguous view of `shape` (no copy: t's memory is dense in that order)."""
+    return (t.transpose(1, 2) if order == FRAMES_FIRST else t.transpose(0, 1)).view(shape)
+
+
+def _merged(stats, merge_view):
+    """The merged records, one for every record of z (contiguous): each the sum over dimension 1 of merge_view."""
+    return stats.view(merge_view).sum(1, keepdim=True).expand(merge_view).contiguous()
 
 
 # ---- the fast path: calls whose key was checked and run before ---------------------------------------------------
@@ -150,17 +160,8 @@ def _remember(torch, key, order, x, y, num_groups, weight, bias, eps, activation
         hash(key)
     except TypeError:
         return
-    channels = x.shape[1]
-    groups = _groups(num_groups, channels)
     entry = _Entry()
-    if order == FRAMES_FIRST:  # z: (N*T, C, *spatial), the (n, t) pieces' records added over t
-        n, t = x.shape[0], x.shape[2]
-        shape, z_groups, entry.planes = (n * t, channels, *x.shape[3:]), groups, 0
-        entry.merge_view = (n, t, groups, _api.STATS_WORDS)
-    else:  # z: (1, C*M, *spatial), each plane a group; the records of a group's channels added
-        m = x.shape[0]
-        shape, z_groups, entry.planes = (1, channels * m, *x.shape[2:]), channels * m, m
-        entry.merge_view = (groups, channels // groups, m, _api.STATS_WORDS)
+    shape, z_groups, entry.planes, entry.merge_view = _geometry(order, x, _groups(num_groups, x.shape[1]))
     entry.stats_shape = (shape[0], z_groups, _api.STATS_WORDS)
     x_code = _torch_code(torch, x, "x")
     parameters = [(None, NONE) if t is None else (None, _torch_code(torch, t, name))
@@ -209,7 +210,7 @@ def _run(entry, stats, stats_problem, apply_problem, stream):
     status = entry.stats(ctypes.byref(stats_problem), stats.data_ptr(), stream)
     if status != 0:
         _lib.raise_for_status(status)
-    merged = stats.view(entry.merge_view).sum(1, keepdim=True).expand(entry.merge_view).contiguous()
+    merged = _merged(stats, entry.merge_view)  # held until the call returns
     status = entry.apply(ctypes.byref(apply_problem), merged.data_ptr(), stream)
     if status != 0:
         _lib.raise_for_status(status)
