@@ -642,14 +642,16 @@ TEST_CASE("a padded output gives the reference's bits in both layouts and modes,
     std::vector<int64_t> pad;
   };
   // HunyuanVideo's causal conv padding on a decoder-like 5-D tensor (rows of whole vectors and not), a 4-D one,
-  // widths past the dimensions, one pixel, and a 6-D tensor whose leading spatial dimension is not padded; in
-  // channels-last, 8-channel vectors on 2 to 32 lanes a pixel, two slices of 256 channels, and channel counts that
-  // are not multiples of 8 (one element a lane).
+  // widths past the dimensions, one pixel, a 6-D tensor whose leading spatial dimension is not padded, and rows of
+  // 3 and 10 padded elements; in channels-last, 8-channel vectors on 2 to 32 lanes a pixel, two slices of 256
+  // channels, and channel counts that are not multiples of 8 (one element a lane).
   const PadCase cases[] = {
       {{1, 128, 3, 40, 64}, 32, {1, 1, 1, 1, 2, 0}}, {{2, 64, 5, 33, 17}, 32, {1, 1, 1, 1, 2, 0}},
       {{1, 96, 70, 90}, 32, {1, 1, 1, 1}},           {{1, 32, 2, 3, 4}, 8, {0, 5, 4, 0, 1, 6}},
       {{3, 64, 1, 1}, 16, {1, 1, 1, 1}},             {{1, 16, 2, 3, 4, 5}, 4, {1, 1, 1, 1, 1, 1}},
       {{1, 320, 2, 9, 37}, 32, {1, 1, 1, 1, 2, 0}},  {{2, 36, 3, 5, 7}, 4, {2, 1, 0, 3}},
+      // Rows shorter than a warp's 32 elements and than 8 (a lane's elements then span several rows and lines).
+      {{2, 8, 1, 2}, 4, {1, 0}},                     {{1, 16, 3, 1}, 4, {0, 1, 1, 1}},
   };
   std::size_t runs = 0;
   for (const auto& c : cases) {
