@@ -363,52 +363,35 @@ GNSILU_HD bool padded_line(const Padding& pad, i64 line, i64& source) {
   divide_small(rest, pad.out_dims[0], outer, d_out);
   return padded_line_at(pad, outer, d_out, h_out, source);
 }
-// Where a position of a channel-major padded output lies: row (sample, channel), line of the row (out_s / out_dims[2]
-// lines a row) and its (outer, d', h'), and the line of x it shows (x_line: the index in x of that line's first
-// element; shown false where the line lies on a constant border). s: x's spatial elements per channel. Channel-major
-// apply_padded locates a lane's first piece with divisions (padded_cursor) and walks on line by line
-// (next_padded_line).
-struct PaddedCursor {
-  i64 row, line, outer, d, h, x_line;
-  bool shown;
+// Channel-major apply_padded's tiles: y as one flat sequence of lines (out_dims[2] elements each, out_s / out_dims[2]
+// a row of (sample, channel)), cut into tiles that a block stages in shared memory before it stores them. A tile
+// is a run of whole lines (at most kPadTileLines, at most `capacity` elements) or, where one line is longer than
+// `capacity`, one segment of a line. Either way a tile is one contiguous range of y. The host sizes the grid from
+// the same function (src/runtime/plan.cpp).
+inline constexpr i64 kPadTileLines = 256;
+struct PaddedTiling {
+  i64 lines;     // lines in all of y
+  i64 per_tile;  // lines a tile (1 where lines are cut into segments)
+  i64 segment;   // elements of a line a tile takes (out_dims[2] where a tile holds whole lines)
+  i64 segments;  // tiles a line (1 where a tile holds whole lines)
+  i64 tiles;
 };
-GNSILU_HD void locate_padded_line(const Padding& pad, i64 s, PaddedCursor& at) {
-  i64 source = 0;
-  at.shown = padded_line_at(pad, at.outer, at.d, at.h, source);
-  at.x_line = at.row * s + source * pad.dims[2];
-}
-// The cursor of the line holding flat line index `flat` (over all rows; `lines` lines a row).
-GNSILU_HD PaddedCursor padded_cursor(const Padding& pad, i64 s, i64 flat, i64 lines) {
-  PaddedCursor at{};
-  i64 rest;
-  divide_small(flat, lines, at.row, at.line);
-  divide_small(at.line, pad.out_dims[1], rest, at.h);
-  divide_small(rest, pad.out_dims[0], at.outer, at.d);
-  locate_padded_line(pad, s, at);
-  return at;
-}
-// The cursor of the next line (the first line of the next row after a row's last).
-GNSILU_HD void next_padded_line(const Padding& pad, i64 s, PaddedCursor& at, i64 lines) {
-  if (++at.line == lines) {
-    at.line = at.outer = at.d = at.h = 0;
-    ++at.row;
-  } else if (++at.h == pad.out_dims[1]) {
-    at.h = 0;
-    if (++at.d == pad.out_dims[0]) {
-      at.d = 0;
-      ++at.outer;
-    }
+GNSILU_HD PaddedTiling padded_tiling(const Padding& pad, i64 rows, i64 capacity) {
+  PaddedTiling t{};
+  const i64 width = pad.out_dims[2];
+  t.lines = rows * (pad.out_s / width);
+  if (width <= capacity) {
+    t.per_tile = capacity / width < kPadTileLines ? capacity / width : kPadTileLines;
+    t.segment = width;
+    t.segments = 1;
+    t.tiles = (t.lines + t.per_tile - 1) / t.per_tile;
+  } else {
+    t.per_tile = 1;
+    t.segment = capacity;
+    t.segments = (width + capacity - 1) / capacity;
+    t.tiles = t.lines * t.segments;
   }
-  locate_padded_line(pad, s, at);
-}
-// The cursor of the position `step` elements after (at, position), position being the element's index in its line;
-// lines followed one by one.
-GNSILU_HD void advance_padded(const Padding& pad, i64 s, i64 lines, PaddedCursor& at, i64& position, i64 step) {
-  position += step;
-  while (position >= pad.out_dims[2]) {
-    position -= pad.out_dims[2];
-    next_padded_line(pad, s, at, lines);
-  }
+  return t;
 }
 // Whether padded position q (0 <= q < out_s) shows an element of x, which is then at position *source of x's
 // channel; false for the constant border.

@@ -14,14 +14,8 @@ namespace kernel {
 // output's bits; a constant border is the value rounded to y's dtype. LAYOUT is y's (the variant's: where x's two
 // layouts are one memory, the host picks y's). One layout per instance: with both in one kernel ptxas spilled on
 // sm_100 and later.
-// - Channel-major: y as one flat sequence of pieces of 8 elements, a thread per piece. A piece inside one line and
-//   inside x's line (most of them) reads its 8 elements of x from the two 16-byte vectors that hold them (three for
-//   FP32); one near a border, across lines or at the end of y gathers them one at a time. Both then share the
-//   transform and the store (one 16-byte vector where x and y are aligned), so a warp diverges only in the gather
-//   (with a path of their own, one exact SiLU at a time, the kernel was compute-bound at 15% of the DRAM bandwidth
-//   on the H200: PERFORMANCE.md v16). A piece is located with
-//   divisions (math::divide_small); the next line follows without (next_line). A constant border stored through a
-//   vector is rounded as store_element rounds it (the host makes a NaN border the canonical one, add_padding).
+// - Channel-major: a block per tile of y (whole lines, staged in shared memory; apply_padded_channels_first says
+//   how), pieces of 8 elements on x's alignment, stores of 16 bytes on y's.
 // - Channels-last: a warp per (sample, line, slice of 32 kPadPerLane channels). With 16-byte vectors (x and y
 //   aligned, C a multiple of 8), a lane takes 8 consecutive channels, so lanes_per_pixel lanes cover a pixel's
 //   channels of the slice and the warp walks 32 / lanes_per_pixel pixels at a time, four vectors in flight a lane
@@ -30,177 +24,203 @@ namespace kernel {
 //   constants in registers. kPadPerLane: gnsilu_params.cuh. transform<ACT> gives transform_values' bits (it is the
 //   exact path those take for an element whose fast SiLU is not decided).
 
-// One of four words (or floats) by a runtime index 0..3: selects, where indexing an array would put it in memory.
-template <typename T>
-__device__ __forceinline__ T pick4(int i, T a, T b, T c, T d) {
-  return i == 0 ? a : (i == 1 ? b : (i == 2 ? c : d));
+// A staged element of y: its bits.
+template <int YT>
+struct StageOf {
+  using type = u16;
+};
+template <>
+struct StageOf<kFP32> {
+  using type = u32;
+};
+
+// The bits y's dtype stores for v (store_element's rounding), in the low half for 16-bit YT.
+template <int YT>
+__device__ __forceinline__ u32 y_bits(float v) {
+  if constexpr (YT == kBF16)
+    return float_to_bf16(v);
+  else if constexpr (YT == kFP16)
+    return float_to_fp16(v);
+  else
+    return float_canonical_bits(v);
 }
 
-// The 8 elements of x from element `first` (any alignment; x's base 16-byte aligned), from the aligned 16-byte
-// vectors that hold them: two for 16-bit x, three for FP32. The caller makes sure those vectors lie inside x.
-template <int XT>
-__device__ __forceinline__ void load_window(const void* x, i64 first, float (&v)[kVec]) {
-  if constexpr (XT == kFP32) {
-    const float* base = static_cast<const float*>(x) + (first & ~i64{3});
-    const int r = static_cast<int>(first & 3);
-    const Raw16 q0 = load16(base), q1 = load16(base + 4);
-    const Raw16 q2 = r != 0 ? load16(base + 8) : q1;
-    const u32 w[12] = {q0.a, q0.b, q0.c, q0.d, q1.a, q1.b, q1.c, q1.d, q2.a, q2.b, q2.c, q2.d};
-#pragma unroll
-    for (int j = 0; j < kVec; ++j) v[j] = float_of(pick4(r, w[j], w[j + 1], w[j + 2], w[j + 3]));
-  } else {
-    const u16* base = static_cast<const u16*>(x) + (first & ~i64{7});
-    const int r = static_cast<int>(first & 7);
-    const Raw16 q0 = load16(base);
-    const Raw16 q1 = r != 0 ? load16(base + 8) : q0;
-    const u32 w[8] = {q0.a, q0.b, q0.c, q0.d, q1.a, q1.b, q1.c, q1.d};
-    const int q = r >> 1;
-    RawVector<XT> raw;
-    u32 out[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const u32 lo = pick4(q, w[j], w[j + 1], w[j + 2], w[j + 3]);
-      const u32 hi = pick4(q, w[j + 1], w[j + 2], w[j + 3], w[j + 4]);
-      out[j] = r & 1 ? permute(lo, hi, 0x5432) : lo;  // elements 2j + r, 2j + r + 1
-    }
-    raw.q[0] = Raw16{out[0], out[1], out[2], out[3]};
-    unpack<XT>(raw, v);
-  }
-}
-
-// Rows of fewer than 8 padded elements (a tiny spatial block): a thread per piece, each element with its own row's
-// constants, located from scratch (math::padded_cursor).
-template <int XT, int YT, int ACT>
-__device__ __forceinline__ void apply_padded_tiny_rows(const Params& p, i64 lines, i64 total) {
-  const math::Padding& pad = p.pad;
-  const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
-  const i64 width = pad.dims[2], out_width = pad.out_dims[2], before = pad.before[2];
-  const i64 threads = static_cast<i64>(gridDim.x) * blockDim.x;
-  for (i64 piece = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x; piece * kVec < total; piece += threads) {
-    const i64 start = piece * kVec;
-    i64 flat_line, position;
-    divide_small(start, out_width, flat_line, position);
-    PaddedCursor at = padded_cursor(p.pad, p.s, flat_line, lines);
-#pragma unroll 1
-    for (int k = 0; k < kVec && start + k < total; ++k) {
-      if (position == out_width) {
-        position = 0;
-        next_padded_line(p.pad, p.s, at, lines);
-      }
-      i64 w = position - before;
-      const bool shows = at.shown && (pad.mode == kPadReplicate || (w >= 0 && w < width));
-      w = w < 0 ? 0 : (w >= width ? width - 1 : w);
-      store_element<YT>(
-          p.y, start + k,
-          shows ? transform<ACT>(biased<XT>(p, load_element<XT>(p.x, at.x_line + w), at.row % p.c), rows[at.row])
-                : pad.value);
-      ++position;
-    }
-  }
-}
-
-// Channel-major: each warp takes one run of consecutive pieces of y (the pieces divided evenly among the grid's
-// warps, in multiples of 32), lane l the run's pieces l, l + 32, ... Each lane locates its first piece with divisions
-// (math::padded_cursor) and then carries its cursor forward, 256 elements a step, line by line (next_padded_line):
-// the divisions that located every piece anew made the kernel compute-bound at 15% of the DRAM bandwidth
-// (PERFORMANCE.md v16).
+// Channel-major: a block stages a tile of y (math::padded_tiling: whole lines, or a segment of one long line) in
+// shared memory as y's bits, then stores the tile with 16-byte vectors on y's own alignment.
+// 1. The tile's lines: the line of x each shows (or none) and its row, one thread a line, into shared memory.
+// 2. The elements inside x's line: pieces of 8 on x's own 16-byte alignment (a line of x starts anywhere), a thread
+//    a piece: one vector load, the transform as apply's (transform_values with the row's constants), the
+//    elements written to their places in the tile. A line on a constant border takes the same pieces and writes
+//    the constant.
+// 3. The border positions of each line (before and after the interior: a few a line): one element a thread, a
+//    replicate border computed from its edge element of x as the interior's, a constant one the constant.
+// 4. The tile to y: aligned 16-byte vectors from the staged bits, the unaligned head and tail element by element.
+// Every thread's work is uniform except at a tile's edges, and a piece never meets a line's border: the flat walk
+// of y that located each element in its line (the kernel before this one, PERFORMANCE.md v24/v25) spent 85
+// instructions an element on borders, line crossings and divergence.
 template <int XT, int YT, int ACT>
 __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
+  using Stage = typename StageOf<YT>::type;
+  constexpr i64 kCapacity = kPadTileBytes / static_cast<i64>(sizeof(Stage));
+  __shared__ alignas(16) Stage stage[kCapacity];
+  __shared__ i64 line_x[kPadTileLines];  // index in x of the line's first element, -1 on a constant border
+  __shared__ i64 line_row[kPadTileLines];
   const math::Padding& pad = p.pad;
   const RowConstants* rows = static_cast<const RowConstants*>(p.rows);
   const i64 width = pad.dims[2], out_width = pad.out_dims[2], before = pad.before[2];
-  const i64 lines = pad.out_s / out_width;  // output lines per row (sample, channel)
-  const i64 row_count = p.n * p.c;
-  const i64 x_total = row_count * p.s;
-  const i64 total = row_count * pad.out_s;
-  if (pad.out_s < kVec) {
-    apply_padded_tiny_rows<XT, YT, ACT>(p, lines, total);
-    return;
-  }
-  // Rows of at least 8 elements from here: a piece meets at most two rows, whose constants stay in registers.
-  constexpr i64 kXVector = XT == kFP32 ? 4 : 8;  // elements of x in a 16-byte vector
-  constexpr i64 kStep = kLanes * kVec;           // elements from a lane's piece to its next one
+  const i64 lines_per_row = pad.out_s / out_width;
+  const i64 x_total = p.n * p.c * p.s;
+  const PaddedTiling tiling = padded_tiling(pad, p.n * p.c, kCapacity);
+  const i64 border_count = before + pad.after[2];
+  const u32 constant = y_bits<YT>(pad.value);
   const bool has_bias = p.input_bias != nullptr;
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  const i64 warps = static_cast<i64>(gridDim.x) * (blockDim.x / 32);
-  const i64 warp = static_cast<i64>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  const i64 pieces = (total + kVec - 1) / kVec;
-  const i64 per_warp = ((pieces + warps - 1) / warps + kLanes - 1) / kLanes * kLanes;
-  const i64 first_piece = warp * per_warp + lane;
-  if (first_piece >= pieces) return;
-  i64 start = first_piece * kVec;
-  const i64 end = (warp + 1) * per_warp * kVec < total ? (warp + 1) * per_warp * kVec : total;
-  i64 flat_line, position;
-  divide_small(start, out_width, flat_line, position);
-  PaddedCursor at = padded_cursor(p.pad, p.s, flat_line, lines);
-  // The constants (and input bias) of the row last loaded.
-  i64 loaded_row = -1;
-  RowConstants rc_first{};
-  float b_first = 0.0f;
-  for (; start < end;) {
-    const i64 first_row = at.row;
-    if (first_row != loaded_row) {
-      loaded_row = first_row;
-      const i64 r = first_row < row_count ? first_row : 0;
-      rc_first = rows[r];
-      b_first = has_bias ? load_element<XT>(p.input_bias, r % p.c) : 0.0f;
-    }
-    const i64 w0 = position - before;
-    const i64 window = at.x_line + w0;
-    float v[kVec];
-    RowConstants rc_second = rc_first;
-    float b_second = b_first;
-    unsigned shown = 0, second = 0;  // bit k: element k shows x; element k is of the second row
-    if (p.pad_vectors && at.shown && position + kVec <= out_width && w0 >= 0 && w0 + kVec <= width &&
-        (window & ~(kXVector - 1)) + (XT == kFP32 ? 12 : 16) <= x_total) {
-      // The common case: 8 elements of one line, all inside x's line.
-      load_window<XT>(p.x, window, v);
-      if (has_bias) {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) v[k] = add_in<XT>(v[k], b_first);
-      }
-      shown = 0xFFu;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int threads = static_cast<int>(blockDim.x);
+  for (i64 tile = blockIdx.x; tile < tiling.tiles; tile += gridDim.x) {
+    i64 first_line, count, q_begin, seg_len;
+    if (tiling.segments == 1) {
+      first_line = tile * tiling.per_tile;
+      count = tiling.lines - first_line < tiling.per_tile ? tiling.lines - first_line : tiling.per_tile;
+      q_begin = 0;
+      seg_len = out_width;
     } else {
-      // Near a border, across lines or at the end of y: the elements one at a time, on a copy of the cursor (the
-      // arithmetic below is shared, so that a warp whose lanes took both branches diverges only here).
-      PaddedCursor c = at;
-      i64 q = position;
+      i64 segment;
+      divide_small(tile, tiling.segments, first_line, segment);
+      count = 1;
+      q_begin = segment * tiling.segment;
+      seg_len = out_width - q_begin < tiling.segment ? out_width - q_begin : tiling.segment;
+    }
+    const i64 y_begin = first_line * out_width + q_begin;  // the tile is y's elements [y_begin, y_begin + y_count)
+    const i64 y_count = count * seg_len;
+    // 1. The lines.
+    for (i64 t = tid; t < count; t += threads) {
+      i64 row, line, source = 0;
+      divide_small(first_line + t, lines_per_row, row, line);
+      line_x[t] = padded_line(pad, line, source) ? row * p.s + source * width : -1;
+      line_row[t] = row;
+    }
+    __syncthreads();
+    // 2. The interior: x's positions [xs, xe) of each line land at before + w - q_begin of its place in the tile.
+    const i64 xs = q_begin - before > 0 ? q_begin - before : 0;
+    const i64 xe = q_begin + seg_len - before < width ? q_begin + seg_len - before : width;
+    if (xs < xe) {
+      // Item (t, m): piece m of the tile's line t. A thread takes items tid, tid + threads, ... kBatch at a time,
+      // their loads issued before any is transformed (one load in flight a thread left the kernel at 19% of the
+      // DRAM bandwidth).
+      constexpr int kBatch = XT == kFP32 ? 2 : 4;
+      const int pieces = static_cast<int>((xe - xs + kVec - 1) / kVec + 1);  // a line's pieces: at most this many
+      const int lines = static_cast<int>(count);
+      const int step_t = threads / pieces, step_m = threads % pieces;  // from an item to the thread's next
+      const int row_place = static_cast<int>(before - q_begin);         // x's position w lands at row_place + w
+      int t = tid / pieces, m = tid % pieces;
+      while (t < lines) {
+        int ts[kBatch], ms[kBatch];
+        RawVector<XT> raw[kBatch];
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        if (q == out_width) {
-          q = 0;
-          next_padded_line(p.pad, p.s, c, lines);
-          if (c.row != first_row && second == 0 && c.row < row_count) {
-            rc_second = rows[c.row];
-            if (has_bias) b_second = load_element<XT>(p.input_bias, c.row % p.c);
+        for (int q = 0; q < kBatch; ++q) {
+          ts[q] = t;
+          ms[q] = m;
+          if (t < lines) {
+            const i64 x_line = line_x[t];
+            const i64 first = (((x_line >= 0 ? x_line : 0) + xs) & ~i64{kVec - 1}) + m * kVec;
+            if (x_line >= 0 && p.pad_vectors && first + kVec <= x_total) raw[q] = load_raw<XT>(p.x, first);
+          }
+          t += step_t;
+          m += step_m;
+          if (m >= pieces) {
+            m -= pieces;
+            ++t;
           }
         }
-        if (c.row != first_row) second |= 1u << k;
-        i64 w = q - before;
-        const bool shows = c.shown && start + k < total && (pad.mode == kPadReplicate || (w >= 0 && w < width));
-        w = w < 0 ? 0 : (w >= width ? width - 1 : w);
-        v[k] = shows ? load_element<XT>(p.x, c.x_line + w) : 0.0f;
-        if (has_bias) v[k] = add_in<XT>(v[k], c.row != first_row ? b_second : b_first);
-        shown |= shows ? 1u << k : 0u;
-        ++q;
+#pragma unroll
+        for (int q = 0; q < kBatch; ++q) {
+          if (ts[q] >= lines) continue;
+          const i64 x_line = line_x[ts[q]];
+          const i64 base = x_line >= 0 ? x_line : 0;
+          const i64 first = ((base + xs) & ~i64{kVec - 1}) + ms[q] * kVec;  // the piece's first element, in x
+          // Its elements j in [lo, hi) are positions xs <= w < xe of the line; element j lands at stage[at + j].
+          const i64 w = first - base;
+          const int lo = xs - w > 0 ? static_cast<int>(xs - w) : 0;
+          const int hi = xe - w < kVec ? static_cast<int>(xe - w) : kVec;
+          if (hi <= 0) continue;
+          const int at = ts[q] * static_cast<int>(seg_len) + row_place + static_cast<int>(w);
+          if (x_line < 0) {
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) {
+              if (j >= lo && j < hi) stage[at + j] = static_cast<Stage>(constant);
+            }
+            continue;
+          }
+          float v[kVec];
+          if (p.pad_vectors && first + kVec <= x_total) {
+            unpack<XT>(raw[q], v);
+          } else {
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) v[j] = first + j < x_total ? load_element<XT>(p.x, first + j) : 0.0f;
+          }
+          const i64 row = line_row[ts[q]];
+          if (has_bias) {
+            const float b = load_element<XT>(p.input_bias, row % p.c);
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) v[j] = add_in<XT>(v[j], b);
+          }
+          const RowConstants& rc = rows[row];
+          transform_values<YT, ACT, false>(v, [&](int) -> const RowConstants& { return rc; },
+                                           [&](int e) { return v[e]; });
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) {
+            if (j >= lo && j < hi) stage[at + j] = static_cast<Stage>(y_bits<YT>(v[j]));
+          }
+        }
       }
     }
-    const auto row_of = [&](int k) -> const RowConstants& { return second & (1u << k) ? rc_second : rc_first; };
-    transform_values<YT, ACT, false>(v, row_of, [&](int e) { return v[e]; });
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) v[k] = shown & (1u << k) ? v[k] : pad.value;
-    if (p.pad_vectors && start + kVec <= total) {
-      store_vector<YT>(p.y, start, v);
-    } else {
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        if (start + k < total) store_element<YT>(p.y, start + k, v[k]);
+    // 3. The border positions of each line inside the tile's segment.
+    for (i64 item = tid; item < count * border_count; item += threads) {
+      i64 t, k;
+      divide_small(item, border_count, t, k);
+      const i64 q = k < before ? k : width + k;  // the position in the line
+      if (q < q_begin || q >= q_begin + seg_len) continue;
+      const i64 x_line = line_x[t];
+      u32 bits = constant;
+      if (x_line >= 0 && pad.mode == kPadReplicate) {
+        const i64 row = line_row[t];
+        const i64 w = k < before ? 0 : width - 1;
+        bits = y_bits<YT>(transform<ACT>(biased<XT>(p, load_element<XT>(p.x, x_line + w), row % p.c), rows[row]));
       }
+      stage[t * seg_len + q - q_begin] = static_cast<Stage>(bits);
     }
-    // The lane's next piece: kStep elements on, lines followed one by one.
-    start += kStep;
-    if (start >= end) break;
-    advance_padded(pad, p.s, lines, at, position, kStep);
+    __syncthreads();
+    // 4. The tile to y.
+    constexpr i64 kPerVector = 16 / static_cast<i64>(sizeof(Stage));  // elements in 16 bytes of y
+    const i64 y_end = y_begin + y_count;
+    i64 aligned_begin = (y_begin + kPerVector - 1) & ~(kPerVector - 1);
+    i64 aligned_end = y_end & ~(kPerVector - 1);
+    if (!p.pad_vectors || aligned_begin >= aligned_end) aligned_begin = aligned_end = y_end;
+    Stage* y = static_cast<Stage*>(p.y);
+    for (i64 i = aligned_begin + tid * kPerVector; i < aligned_end; i += threads * kPerVector) {
+      const Stage* from = stage + (i - y_begin);
+      u32 w[4];
+      if constexpr (YT == kFP32) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) w[j] = from[j];
+      } else if (((i - y_begin) & 1) == 0) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) w[j] = reinterpret_cast<const u32*>(from)[j];
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) w[j] = static_cast<u32>(from[2 * j]) | static_cast<u32>(from[2 * j + 1]) << 16;
+      }
+      store16(y + i, w[0], w[1], w[2], w[3]);
+    }
+    // The head [y_begin, aligned_begin) and the tail [aligned_end, y_end): fewer than 2 kPerVector elements, or
+    // the whole tile where y is not 16-byte aligned.
+    const i64 head = aligned_begin - y_begin;
+    const i64 rest = head + (y_end - aligned_end);
+    for (i64 k = tid; k < rest; k += threads) {
+      const i64 i = k < head ? y_begin + k : aligned_end + (k - head);
+      y[i] = stage[i - y_begin];
+    }
+    __syncthreads();
   }
 }
 

@@ -14,6 +14,9 @@ inline constexpr int kFusedMaxChannels = 256;  // channels per group
 
 // Channels-last apply_padded: a warp takes slices of 32 kPadPerLane channels (a lane's 8 are one 16-byte vector).
 inline constexpr int kPadPerLane = 8;
+// Channel-major apply_padded: the shared memory a block stages a tile of y in (math::padded_tiling's capacity is
+// this over y's element size).
+inline constexpr long long kPadTileBytes = 16384;
 
 // finalize's stats_mode (Params::stats_mode).
 inline constexpr int kStatsOwn = 0;

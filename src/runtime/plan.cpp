@@ -294,16 +294,16 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path path, int sms
     plan.apply_blocks = static_cast<unsigned>(std::min<int64_t>(p.tiles_total, max_blocks));
   }
   if (g.padded()) {
-    // apply_padded in place of apply: a thread per piece of 8 elements of y (channel-major; vectors need x and y
-    // 16-byte aligned, whatever s) or a warp per (line, slice of channels) (channels-last), a grid-stride loop
-    // over them with 8 blocks per multiprocessor at most.
+    // apply_padded in place of apply: a block per tile of y (channel-major: whole lines staged in shared memory,
+    // math::padded_tiling; vectors need x and y 16-byte aligned, whatever s) or a warp per (line, slice of channels)
+    // (channels-last), a grid-stride loop over them with 8 blocks per multiprocessor at most.
     p.pad = g.pad;
     const int64_t lines = g.pad.out_s / g.pad.out_dims[2];
     p.pad_vectors = aligned(a.x, 16) && aligned(a.y, 16) ? 1 : 0;
-    const int64_t items = last ? g.n * lines * ceil_div(g.c, kPaddedSliceChannels) * 32
-                               : ceil_div(g.y_numel, int64_t{math::kVec});
-    plan.padded_blocks =
-        static_cast<unsigned>(std::clamp<int64_t>(ceil_div(items, int64_t{kPaddedThreads}), 1, int64_t{8} * sms));
+    const int64_t staged = kernel::kPadTileBytes / static_cast<int64_t>(std::max<std::size_t>(a.y_size, 1));
+    const int64_t blocks = last ? ceil_div(g.n * lines * ceil_div(g.c, kPaddedSliceChannels) * 32, int64_t{kPaddedThreads})
+                                : math::padded_tiling(g.pad, g.n * g.c, staged).tiles;
+    plan.padded_blocks = static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t{8} * sms));
   }
   plan.rows_offset = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(exact::ChunkRecord), kAlign);
   plan.workspace = split_workspace_bytes(g);

@@ -286,10 +286,10 @@ TEST_CASE("the plan of a padded call: the split path, apply_padded over y, the w
     const auto plan = gnsilu::detail::make_plan(g, gnsilu::default_config(gnsilu::Path::Auto), gnsilu::Path::Split, 132);
     CHECK(plan.path == gnsilu::Path::Split);
     CHECK(plan.padded_blocks >= 1);
-    // A thread per piece of 8 elements of y (channel-major: 64 x 5 x 42 x 66 elements, 110880 pieces) or a warp
-    // per line and slice of 256 channels (channels-last: 5 x 42 lines), 256 threads a block, at most 8 blocks per
-    // multiprocessor.
-    CHECK(plan.padded_blocks == (layout == Layout::ChannelsFirst ? (110880 + 255) / 256 : (5 * 42 + 7) / 8));
+    // A block per tile of whole lines (channel-major: 64 x 5 x 42 lines of 66 elements, 8192 / 66 = 124 lines a
+    // tile of 16-bit y) or a warp per line and slice of 256 channels (channels-last: 5 x 42 lines), 256 threads a
+    // block, at most 8 blocks per multiprocessor.
+    CHECK(plan.padded_blocks == (layout == Layout::ChannelsFirst ? (64 * 5 * 42 + 123) / 124 : (5 * 42 + 7) / 8));
     CHECK(plan.params.pad.out_s == 5 * 42 * 66);
     CHECK(plan.params.pad.before[0] == 2);
     CHECK(plan.params.pad.after[0] == 0);

@@ -640,10 +640,12 @@ TEST_CASE("a padded output gives the reference's bits in both layouts and modes,
     std::vector<int64_t> dims;
     int64_t groups;
     std::vector<int64_t> pad;
+    std::size_t misalign = 0;  // elements added to the x and y addresses (no 16-byte vectors)
   };
   // HunyuanVideo's causal conv padding on a decoder-like 5-D tensor (rows of whole vectors and not), a 4-D one,
   // widths past the dimensions, one pixel, a 6-D tensor whose leading spatial dimension is not padded, and rows of
-  // 3 and 10 padded elements; in channels-last, 8-channel vectors on 2 to 32 lanes a pixel, two slices of 256
+  // 3 and 10 padded elements, lines longer than a channel-major tile stages (segments of a line) and x and y off
+  // their 16-byte alignment; in channels-last, 8-channel vectors on 2 to 32 lanes a pixel, two slices of 256
   // channels, and channel counts that are not multiples of 8 (one element a lane).
   const PadCase cases[] = {
       {{1, 128, 3, 40, 64}, 32, {1, 1, 1, 1, 2, 0}}, {{2, 64, 5, 33, 17}, 32, {1, 1, 1, 1, 2, 0}},
@@ -652,6 +654,8 @@ TEST_CASE("a padded output gives the reference's bits in both layouts and modes,
       {{1, 320, 2, 9, 37}, 32, {1, 1, 1, 1, 2, 0}},  {{2, 36, 3, 5, 7}, 4, {2, 1, 0, 3}},
       // Rows shorter than a warp's 32 elements and than 8 (a lane's elements then span several rows and lines).
       {{2, 8, 1, 2}, 4, {1, 0}},                     {{1, 16, 3, 1}, 4, {0, 1, 1, 1}},
+      {{1, 8, 2, 9000}, 4, {3, 2, 1, 0}},            {{1, 64, 3, 20, 30}, 32, {1, 1, 1, 1, 2, 0}, 1},
+      {{1, 8, 2, 5000}, 4, {0, 7, 1, 1}, 3},
   };
   std::size_t runs = 0;
   for (const auto& c : cases) {
@@ -684,7 +688,9 @@ TEST_CASE("a padded output gives the reference's bits in both layouts and modes,
           HostTensor expected(yd, y_n), got(yd, y_n);
           p.y = expected.data();
           gnsilu::reference_group_norm_silu(p);
-          DeviceMemory dx(x.bytes.size()), dy(got.bytes.size()), dw(w.bytes.size()), db(b.bytes.size());
+          DeviceMemory dx(x.bytes.size(), c.misalign * gnsilu::dtype_size(xd));
+          DeviceMemory dy(got.bytes.size(), c.misalign * gnsilu::dtype_size(yd));
+          DeviceMemory dw(w.bytes.size()), db(b.bytes.size());
           dx.upload(x.data());
           dw.upload(w.data());
           db.upload(b.data());
@@ -699,7 +705,8 @@ TEST_CASE("a padded output gives the reference's bits in both layouts and modes,
           const std::string what = std::to_string(c.dims.size()) + "-D C=" + std::to_string(c.dims[1]) + " " +
                                    gnsilu::layout_name(layout) + " " + gnsilu::dtype_name(xd) + "->" +
                                    gnsilu::dtype_name(yd) +
-                                   (mode == gnsilu::PadMode::Replicate ? " replicate" : " constant");
+                                   (mode == gnsilu::PadMode::Replicate ? " replicate" : " constant") +
+                                   (c.misalign != 0 ? " misaligned" : "");
           CHECK_MESSAGE(got.bytes == expected.bytes, what);
           CHECK_MESSAGE(dy.guards_intact(), what);
           // The same statistics given (group_norm_apply): the same padded bits.

@@ -203,56 +203,50 @@ TEST_CASE("add_in: x + b in each dtype is the exact sum rounded once to it (the 
   MESSAGE("add_in checked on " << checked << " pairs");
 }
 
-TEST_CASE("padded_cursor and advance_padded: a lane's walk of 256 elements a step finds the lines located anew") {
-  // apply_padded (channel-major) locates a lane's first piece with padded_cursor and then walks on by 256 elements a
-  // step, line by line (advance_padded). Every cursor on the walk must be the one padded_cursor gives for that line, and its x_line
-  // the line padded_line names (clamped on a replicate border, absent on a constant one).
+TEST_CASE("padded_tiling: every element of y in exactly one tile, each a contiguous range that fits the stage") {
+  // Channel-major apply_padded stages tile t as y's elements [first_line * width + segment * segment_length, ...):
+  // whole lines (at most kPadTileLines, at most `capacity` elements) or one segment of a line longer than capacity.
+  // Walked here as the kernel walks them: the tiles in order must cover y once, each within capacity.
   std::mt19937 rng(7);
-  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  int walks = 0;
-  for (int trial = 0; trial < 300; ++trial) {
+  auto pick = [](std::mt19937& r, i64 lo, i64 hi) { return std::uniform_int_distribution<i64>(lo, hi)(r); };
+  int cases = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
     Padding pad{};
-    const int padded_dims = pick(1, 3);
-    i64 s = pick(1, 3);  // leading spatial dimensions, folded into `outer`
-    const i64 lead = s;
+    i64 lead = pick(rng, 1, 3);
     for (int d = 0; d < 3; ++d) {
-      pad.dims[d] = d >= 3 - padded_dims ? pick(1, 40) : 1;
-      pad.before[d] = d >= 3 - padded_dims ? pick(0, 3) : 0;
-      pad.after[d] = d >= 3 - padded_dims ? pick(0, 3) : 0;
+      pad.dims[d] = d == 2 && trial % 5 == 0 ? pick(rng, 1, 40000) : pick(rng, 1, 40);
+      pad.before[d] = pick(rng, 0, 3);
+      pad.after[d] = pick(rng, 0, 3);
       pad.out_dims[d] = pad.dims[d] + pad.before[d] + pad.after[d];
-      s *= pad.dims[d];
     }
     pad.out_s = lead * pad.out_dims[0] * pad.out_dims[1] * pad.out_dims[2];
-    pad.mode = pick(0, 1) == 0 ? kPadConstant : kPadReplicate;
-    const i64 out_width = pad.out_dims[2], lines = pad.out_s / out_width;
-    const i64 total = pick(1, 5) * pad.out_s;
-    const i64 step = 256;
-    for (i64 start = pick(0, 7) * 8; start < total && start < 4096; start += 8 * pick(1, 40)) {
-      i64 flat, position;
-      divide_small(start, out_width, flat, position);
-      PaddedCursor at = padded_cursor(pad, s, flat, lines);
-      for (i64 e = start; e < total; e += step) {
-        i64 expected_flat, expected_position;
-        divide_small(e, out_width, expected_flat, expected_position);
-        const PaddedCursor want = padded_cursor(pad, s, expected_flat, lines);
-        REQUIRE(position == expected_position);
-        REQUIRE(at.row == want.row);
-        REQUIRE(at.line == want.line);
-        REQUIRE(at.outer == want.outer);
-        REQUIRE(at.d == want.d);
-        REQUIRE(at.h == want.h);
-        REQUIRE(at.shown == want.shown);
-        // The line's x from padded_line (an independent decomposition of the line index).
-        i64 source = -1;
-        const bool shown = padded_line(pad, at.line, source);
-        REQUIRE(at.shown == shown);
-        if (shown) REQUIRE(at.x_line == at.row * s + source * pad.dims[2]);
-        REQUIRE(at.row * lines + at.line == expected_flat);
-        ++walks;
-        advance_padded(pad, s, lines, at, position, step);
+    const i64 rows = pick(rng, 1, 6);
+    const i64 capacity = trial % 2 == 0 ? 8192 : 4096;
+    const PaddedTiling t = padded_tiling(pad, rows, capacity);
+    const i64 width = pad.out_dims[2];
+    REQUIRE(t.lines == rows * pad.out_s / width);
+    i64 next = 0;  // the first element of y no tile has covered yet
+    for (i64 tile = 0; tile < t.tiles; ++tile) {
+      i64 begin, count;
+      if (t.segments == 1) {
+        const i64 first = tile * t.per_tile;
+        const i64 lines = std::min(t.per_tile, t.lines - first);
+        REQUIRE(lines >= 1);
+        REQUIRE(lines <= kPadTileLines);
+        begin = first * width;
+        count = lines * width;
+      } else {
+        const i64 line = tile / t.segments, segment = tile % t.segments;
+        begin = line * width + segment * t.segment;
+        count = std::min(t.segment, width - segment * t.segment);
+        REQUIRE(count >= 1);
       }
+      REQUIRE(begin == next);
+      REQUIRE(count <= capacity);
+      next = begin + count;
     }
+    REQUIRE(next == rows * pad.out_s);
+    ++cases;
   }
-  MESSAGE(walks << " pieces walked to, each equal to the cursor located anew");
-  CHECK(walks > 10000);
+  MESSAGE(cases << " tilings walked");
 }
