@@ -8,8 +8,8 @@
 #   bash tools/device/kernel_times.sh OLD_BENCH NEW_BENCH [OUT]
 #
 # Shapes: gnsilu-bench's default (Flux) shapes and its layouts preset; dtypes bf16 and fp16; both layouts; SiLU;
-# the default configuration only (GNSILU_TUNE=off, --configs e16w8s1p4, 3 repeats); GNSILU_KERNEL_TIMES_SHAPES
-# replaces the shapes (space-separated). Prints a table (median microseconds per kernel, old and new, and their
+# one configuration (GNSILU_TUNE=off, the split default e16w4s2p8 unless GNSILU_KERNEL_TIMES_CONFIG names another,
+# 3 repeats); GNSILU_KERNEL_TIMES_SHAPES replaces the shapes (space-separated). Prints a table (median microseconds per kernel, old and new, and their
 # ratio) and writes OUT/kernel-times.json; Nsight Compute's CSVs go to OUT/ncu/. About 10 s a shape and build.
 set -u
 old=${1:?old gnsilu-bench}
@@ -26,7 +26,7 @@ for who in old new; do
     GNSILU_TUNE=off timeout 120 ncu --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
       --kernel-name regex:"chunk_stats|finalize|apply|fused" \
       "$bin" shapes --shapes "$shape" --dtypes bf16,fp16 --layouts nchw,nhwc --activations silu \
-      --configs e16w8s1p4 --repeats 3 > "$out/ncu/$who-$shape.csv" 2> "$out/ncu/$who-$shape.err" ||
+      --configs "${GNSILU_KERNEL_TIMES_CONFIG:-e16w4s2p8}" --repeats 3 > "$out/ncu/$who-$shape.csv" 2> "$out/ncu/$who-$shape.err" ||
       echo "kernel_times: $who $shape failed (see $out/ncu/$who-$shape.err)"
   done
 done
