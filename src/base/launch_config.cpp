@@ -28,7 +28,9 @@ constexpr std::size_t kFusedDefault = 1;  // e32 w16 s1 p2
 
 std::span<const LaunchConfig> candidate_configs() { return kCandidates; }
 
-LaunchConfig default_config(Path path) { return path == Path::Fused ? kCandidates[kFusedDefault] : kCandidates[kSplitDefault]; }
+LaunchConfig default_config(Path path) {
+  return path == Path::Fused ? kCandidates[kFusedDefault] : kCandidates[kSplitDefault];
+}
 
 namespace detail {
 

@@ -9,8 +9,9 @@
 #
 # Shapes: gnsilu-bench's default (Flux) shapes and its layouts preset; dtypes bf16 and fp16; both layouts; SiLU;
 # one configuration (GNSILU_TUNE=off, the split default e16w4s2p8 unless GNSILU_KERNEL_TIMES_CONFIG names another,
-# 3 repeats); GNSILU_KERNEL_TIMES_SHAPES replaces the shapes (space-separated). Prints a table (median microseconds per kernel, old and new, and their
-# ratio) and writes OUT/kernel-times.json; Nsight Compute's CSVs go to OUT/ncu/. About 10 s a shape and build.
+# 3 repeats); GNSILU_KERNEL_TIMES_SHAPES replaces the shapes (space-separated). Prints a table (median microseconds
+# per kernel, old and new, and their ratio) and writes OUT/kernel-times.json; Nsight Compute's CSVs go to OUT/ncu/.
+# About 10 s a shape and build.
 set -u
 old=${1:?old gnsilu-bench}
 new=${2:?new gnsilu-bench}
