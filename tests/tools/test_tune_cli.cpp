@@ -367,7 +367,7 @@ TEST_CASE("prune drops other kernel versions; report draws every candidate") {
   CHECK(html.find("<!DOCTYPE html>") == 0);
   CHECK(html.find("<svg") != std::string::npos);
   CHECK(html.find("wrong output") != std::string::npos);
-  CHECK(html.find("e16 w4 s2 p8 (default)") != std::string::npos);  // the split path's default (the sample's first candidate)
+  CHECK(html.find("e16 w4 s2 p8 (default)") != std::string::npos);  // the split path's default, a sample candidate
   r = tune(dir, "report r.svg --cache a.sqlite --json");
   CHECK(r.doc()["format"] == "svg");
   CHECK(read_bytes(dir.file("r.svg")).find("<svg xmlns") != std::string::npos);

@@ -17,6 +17,7 @@ old=${1:?old gnsilu-bench}
 new=${2:?new gnsilu-bench}
 out=${3:-${OUT:-/tmp/gnsilu-kernel-times}}
 mkdir -p "$out/ncu"
+config=${GNSILU_KERNEL_TIMES_CONFIG:-e16w4s2p8}  # the split path's default (src/base/launch_config.cpp)
 shapes=${GNSILU_KERNEL_TIMES_SHAPES:-"1x512x32x32 1x512x64x64 1x512x128x128 1x512x256x256 1x256x512x512 \
 1x512x512x512 1x128x1024x1024 1x256x1024x1024 1x128x64x64 4x128x64x64 1x320x128x128 1x640x64x64 1x1280x64x64 \
 4x320x128x128 4x512x256x256 1x1280x128x128 4x128x1024x1024 1x128x9x360x640 1x256x5x180x320"}
@@ -27,7 +28,7 @@ for who in old new; do
     GNSILU_TUNE=off timeout 120 ncu --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
       --kernel-name regex:"chunk_stats|finalize|apply|fused" \
       "$bin" shapes --shapes "$shape" --dtypes bf16,fp16 --layouts nchw,nhwc --activations silu \
-      --configs "${GNSILU_KERNEL_TIMES_CONFIG:-e16w4s2p8}" --repeats 3 > "$out/ncu/$who-$shape.csv" 2> "$out/ncu/$who-$shape.err" ||
+      --configs "$config" --repeats 3 > "$out/ncu/$who-$shape.csv" 2> "$out/ncu/$who-$shape.err" ||
       echo "kernel_times: $who $shape failed (see $out/ncu/$who-$shape.err)"
   done
 done
