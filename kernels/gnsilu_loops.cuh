@@ -30,6 +30,7 @@ struct MergeShared {
   exact::Record total;  // sums that did not stay in registers (rare), and the slow path's record
   exact::Scratch scratch;
   WarpSums warp[kMaxMergeWarps];
+  WarpSums block;  // the warps' sums combined (warp 0)
   int escaped;
   int spilled;  // something was added to `total`
   GroupStats stats;
@@ -94,15 +95,16 @@ __device__ __forceinline__ void warp_combine(exact::Accumulator& acc, const S& s
 }
 
 // Group `group`'s statistics from its `count` chunk records (record_at(j): record j), by a block of THREADS threads:
-// each sums its share of the records in registers (exact::Accumulator), each warp combines its threads' sums and adds
-// them into the block's shared record; the elements of escaped chunks (gnsilu_exact.cuh) are then read from x and
-// added the same way. Every thread returns the result.
+// each sums its share of the records in registers (exact::Accumulator), each warp combines its threads' sums, and warp
+// 0 the warps'; sums that do not fit one unit go to the block's shared record instead, and so do the elements of
+// escaped chunks (gnsilu_exact.cuh), read from x. Every thread returns the result. AHEAD: records a thread loads ahead
+// of its additions (finalize, whose records are in global memory; 0 where they are in shared memory).
 //
 // record_out: the merged record is wanted, not the statistics (finalize's kStatsWrite): it is written there,
 // normalized, and the returned statistics are not computed. record_in: the record is given (kStatsRead): no chunk is
 // read, and the statistics are rounded from it. One call of exact::group_stats serves both, so that the big-integer
 // path is inlined once per kernel (twice made finalize spill on sm_90 and newer).
-template <int XT, int LAYOUT, int THREADS, typename RecordAt>
+template <int XT, int LAYOUT, int THREADS, int AHEAD = 0, typename RecordAt>
 __device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 group, i64 count, RecordAt record_at,
                                                          MergeShared& sh, i64* record_out = nullptr,
                                                          const i64* record_in = nullptr) {
@@ -119,7 +121,26 @@ __device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 gr
   exact::Accumulator acc;
   exact::acc_clear(acc);
   bool escaped = false;
-  for (i64 j = t; j < count; j += THREADS) escaped |= !exact::acc_add_chunk(acc, record_at(j), sink);
+  if constexpr (AHEAD == 0) {
+    for (i64 j = t; j < count; j += THREADS) escaped |= !exact::acc_add_chunk(acc, record_at(j), sink);
+  } else {
+    // Records t, t + THREADS, ...; each load issued AHEAD records before its addition, so that a thread with many
+    // records waits for one memory latency rather than one a record (the additions stay in one copy of the code).
+    exact::ChunkRecord ahead[AHEAD];
+#pragma unroll
+    for (int q = 0; q < AHEAD; ++q) {
+      const i64 j = t + static_cast<i64>(q) * THREADS;
+      if (j < count) ahead[q] = record_at(j);
+    }
+    for (i64 j = t; j < count; j += THREADS) {
+      const exact::ChunkRecord r = ahead[0];
+#pragma unroll
+      for (int q = 0; q + 1 < AHEAD; ++q) ahead[q] = ahead[q + 1];
+      const i64 next = j + static_cast<i64>(AHEAD) * THREADS;
+      if (next < count) ahead[AHEAD - 1] = record_at(next);
+      escaped |= !exact::acc_add_chunk(acc, r, sink);
+    }
+  }
   warp_combine(acc, sink, sh.warp[warp], sh.spilled, lane);
   if (escaped) sh.escaped = 1;  // every writer writes 1
   __syncthreads();
@@ -145,26 +166,42 @@ __device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 gr
     if (t == 0) sh.spilled = 1;
     __syncthreads();
   }
+  if (warp == 0) {
+    // The warps' sums combined as a warp combines its threads' (lane w holds warp w's): a few shuffles instead of
+    // one thread adding them in turn. Where they do not fit one unit (rare) the lanes add theirs to sh.total.
+    exact::Accumulator mine;
+    exact::acc_clear(mine);
+    if (lane < kWarps) {
+      const WarpSums& ws = sh.warp[lane];
+      mine.count = ws.count;
+      mine.nonfinite = ws.nonfinite;
+      if (ws.weight != 0) {
+        mine.s1 = ws.s1;
+        mine.s2 = ws.s2;
+        mine.e = ws.e;
+        mine.top = ws.top;
+        mine.weight = ws.weight;
+      }
+    }
+    warp_combine(mine, sink, sh.block, sh.spilled, lane);
+    __syncwarp();
+  }
   if (t == 0) {
-    // The warps' sums into one accumulator; held whole (the usual case), the statistics come from it directly.
+    // Held whole (the usual case), the statistics come from the combined sums directly.
     const auto own = exact::sink_of(sh.total);  // thread 0 alone now: plain additions
+    const WarpSums& ws = sh.block;
     exact::Accumulator total;
     exact::acc_clear(total);
-    int low = 1 << 20, high = -(1 << 20);
-    i64 weight = 0;
-    for (int w = 0; w < kWarps; ++w) {
-      if (sh.warp[w].weight == 0) continue;
-      low = sh.warp[w].e < low ? sh.warp[w].e : low;
-      high = sh.warp[w].top > high ? sh.warp[w].top : high;
-      weight += sh.warp[w].weight;
+    total.count = ws.count;
+    total.nonfinite = ws.nonfinite;
+    if (ws.weight != 0) {
+      total.s1 = ws.s1;
+      total.s2 = ws.s2;
+      total.e = ws.e;
+      total.top = ws.top;
+      total.weight = ws.weight;
     }
-    const bool whole = record_in == nullptr && sh.spilled == 0 && (weight == 0 || exact::acc_fits(high, low, weight));
-    for (int w = 0; w < kWarps; ++w) {
-      const WarpSums& ws = sh.warp[w];
-      total.count += ws.count;
-      total.nonfinite += ws.nonfinite;
-      if (ws.weight != 0) exact::acc_add(total, ws.e, ws.top, ws.weight, ws.s1, ws.s2, own);
-    }
+    const bool whole = record_in == nullptr && sh.spilled == 0;
     if (record_out != nullptr) {
       // The caller wants the record itself (group_stats): normalized, so that 2^31 of them may be added.
       exact::acc_flush(total, own);

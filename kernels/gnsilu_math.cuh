@@ -299,12 +299,19 @@ GNSILU_HD float load_element(const void* p, i64 i) {
   else return static_cast<const float*>(p)[i];
 }
 
+// The bits dtype T stores for v (16-bit dtypes in the low half): the one rounding of every output.
+template <int T>
+GNSILU_HD u32 output_bits(float v) {
+  static_assert(T == kBF16 || T == kFP16 || T == kFP32, "dtype");
+  if constexpr (T == kBF16) return float_to_bf16(v);
+  else if constexpr (T == kFP16) return float_to_fp16(v);
+  else return float_canonical_bits(v);
+}
+
 template <int T>
 GNSILU_HD void store_element(void* p, i64 i, float v) {
-  static_assert(T == kBF16 || T == kFP16 || T == kFP32, "dtype");
-  if constexpr (T == kBF16) static_cast<u16*>(p)[i] = float_to_bf16(v);
-  else if constexpr (T == kFP16) static_cast<u16*>(p)[i] = float_to_fp16(v);
-  else static_cast<u32*>(p)[i] = float_canonical_bits(v);
+  if constexpr (T == kFP32) static_cast<u32*>(p)[i] = output_bits<T>(v);
+  else static_cast<u16*>(p)[i] = static_cast<u16>(output_bits<T>(v));
 }
 
 // A per-channel parameter (weight or bias) of any dtype, as a double; `fallback` when absent.

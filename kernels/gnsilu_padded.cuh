@@ -34,17 +34,6 @@ struct StageOf<kFP32> {
   using type = u32;
 };
 
-// The bits y's dtype stores for v (store_element's rounding), in the low half for 16-bit YT.
-template <int YT>
-__device__ __forceinline__ u32 y_bits(float v) {
-  if constexpr (YT == kBF16)
-    return float_to_bf16(v);
-  else if constexpr (YT == kFP16)
-    return float_to_fp16(v);
-  else
-    return float_canonical_bits(v);
-}
-
 // Channel-major: a block stages a tile of y (math::padded_tiling: whole lines, or a segment of one long line) in
 // shared memory as y's bits, then stores the tile with 16-byte vectors on y's own alignment.
 // 1. The tile's lines: the line of x each shows (or none) and its row, one thread a line, into shared memory.
@@ -72,7 +61,7 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
   const i64 x_total = p.n * p.c * p.s;
   const PaddedTiling tiling = padded_tiling(pad, p.n * p.c, kCapacity);
   const i64 border_count = before + pad.after[2];
-  const u32 constant = y_bits<YT>(pad.value);
+  const u32 constant = output_bits<YT>(pad.value);
   const bool has_bias = p.input_bias != nullptr;
   const int tid = static_cast<int>(threadIdx.x);
   const int threads = static_cast<int>(blockDim.x);
@@ -169,7 +158,7 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
                                            [&](int e) { return v[e]; });
 #pragma unroll
           for (int j = 0; j < kVec; ++j) {
-            if (j >= lo && j < hi) stage[at + j] = static_cast<Stage>(y_bits<YT>(v[j]));
+            if (j >= lo && j < hi) stage[at + j] = static_cast<Stage>(output_bits<YT>(v[j]));
           }
         }
       }
@@ -185,7 +174,7 @@ __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
       if (x_line >= 0 && pad.mode == kPadReplicate) {
         const i64 row = line_row[t];
         const i64 w = k < before ? 0 : width - 1;
-        bits = y_bits<YT>(transform<ACT>(biased<XT>(p, load_element<XT>(p.x, x_line + w), row % p.c), rows[row]));
+        bits = output_bits<YT>(transform<ACT>(biased<XT>(p, load_element<XT>(p.x, x_line + w), row % p.c), rows[row]));
       }
       stage[t * seg_len + q - q_begin] = static_cast<Stage>(bits);
     }
@@ -233,8 +222,7 @@ __device__ __forceinline__ void padded_pixels_vectorized(const Params& p, i64 x_
   const math::Padding& pad = p.pad;
   const i64 width = pad.dims[2], out_width = pad.out_dims[2], before = pad.before[2];
   // The constant border's bits, as store_element rounds it.
-  const u32 border = YT == kFP32 ? float_canonical_bits(pad.value)
-                                 : (YT == kBF16 ? float_to_bf16(pad.value) : float_to_fp16(pad.value)) * 0x10001u;
+  const u32 border = output_bits<YT>(pad.value) * (YT == kFP32 ? 1u : 0x10001u);  // two 16-bit elements a word
   const auto per_channel = [&](int e) -> const RowConstants& { return rc[e]; };
   constexpr int kInFlight = XT == kFP32 ? 2 : 4;  // vectors a lane loads before transforming them
   for (i64 at = first_pixel; at < out_width; at += kInFlight * pixels_per_step) {

@@ -15,9 +15,10 @@
 //                  channel's window (one chunk: chunks never straddle a channel) lies as in NCHW, and the
 //                  warps reduce those chunks exactly as the NCHW kernel does. Shapes the tiles cannot take
 //                  (S <= 512, C not a multiple of 16 bytes, unaligned x) gather chunks element by element.
-//     finalize     one block per group: adds the group's records exactly (128-bit sums per thread, then per
-//                  warp, then one thread), rounds the mean and variance once, writes per-(n, c) constants.
-//                  The same kernel for both layouts.
+//     finalize     one block per group: adds the group's records exactly (128-bit sums per thread, each
+//                  thread's loads issued ahead of its additions, then per warp, then the warps' sums in warp
+//                  0), rounds the mean and variance once, writes per-(n, c) constants. The same kernel for
+//                  both layouts.
 //     apply        NCHW: tiles of (row, span): y = silu(fma(fma(x, u, -z), k, c)), 16-byte loads and stores;
 //                  for 16-bit outputs SiLU is estimated with MUFU and silu32 runs only where the estimate
 //                  cannot decide the rounding (gnsilu_math.cuh). NHWC: items of (sample, block of pixels,
@@ -122,15 +123,21 @@ __global__ void __launch_bounds__(kPartials, 1) finalize(const Params p) {
   for (i64 group = blockIdx.x; group < p.groups_total; group += gridDim.x) {
     // kStatsRead: statistics given by the caller (merged records of regions), rounded from their record.
     const exact::ChunkRecord* records = static_cast<const exact::ChunkRecord*>(p.records) + group * count;
-    const GroupStats s = merged_group_stats<XT, LAYOUT, kPartials>(
+    const i64 sample = group / p.g;
+    const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
+    // The thread's first channel's weight and bias, loaded now so that their latency passes during the merge.
+    const i64 k0 = threadIdx.x;
+    const bool has_k0 = p.stats_mode != kStatsWrite && k0 < p.channels_per_group;
+    const double weight0 = has_k0 ? load_parameter(p.weight, p.weight_dtype, first_channel + k0, 1.0) : 1.0;
+    const double bias0 = has_k0 ? load_parameter(p.bias, p.bias_dtype, first_channel + k0, 0.0) : 0.0;
+    const GroupStats s = merged_group_stats<XT, LAYOUT, kPartials, 3>(
         p, group, count, [&](i64 j) { return records[j]; }, sh,
         p.stats_mode == kStatsWrite ? given + group * exact::kRecordWords : nullptr,
         p.stats_mode == kStatsRead ? given + group * exact::kRecordWords : nullptr);
     if (p.stats_mode == kStatsWrite) continue;
-    const i64 sample = group / p.g;
-    const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
     RowConstants* rows = static_cast<RowConstants*>(p.rows);
-    for (i64 k = threadIdx.x; k < p.channels_per_group; k += kPartials) {
+    if (has_k0) rows[sample * p.c + first_channel + k0] = row_constants(s, weight0, bias0);
+    for (i64 k = k0 + kPartials; k < p.channels_per_group; k += kPartials) {
       rows[sample * p.c + first_channel + k] = channel_constants(p, s, first_channel + k);
     }
   }
