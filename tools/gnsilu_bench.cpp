@@ -6,7 +6,8 @@
 //       For each shape, dtype, layout and activation, in one run on the same tensors: a device-to-device copy of
 //       x (the floor), gnsilu as an application sees it (tuned on first use, through the cache), the default
 //       configuration, and every candidate configuration timed by hand; CUDA events, L2 flushed before every
-//       timed run, median of the repeats. Bytes per element, GB/s and the ratio to the copy; with both layouts,
+//       timed run, all of them timed in the same rounds (each once a round, in turn, so that no run follows a run
+//       of itself, as in an application), median of the rounds. Bytes per element, GB/s and the ratio to the copy; with both layouts,
 //       a last table of each shape's channels-last ratio next to its channel-major one. --tile-slice forces the
 //       bytes per pixel of the channels-last statistics tiles (an experiment knob; the library chooses).
 //   gnsilu-bench start    [--shape ...]   time to the first and second result in this process, and where the
@@ -28,6 +29,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string>
@@ -220,7 +222,7 @@ gnsilu::Problem problem_over(const gd::DeviceBuffer& x, const gd::DeviceBuffer& 
 int run_shapes(const Args& a) {
   const gt::PrimaryContext gpu;
   const gd::DeviceInfo& dev = gpu.info();
-  std::printf("GPU: %s (sm_%d, %d SMs, L2 %d MiB); median of %d runs, L2 flushed before each\n", dev.name.c_str(),
+  std::printf("GPU: %s (sm_%d, %d SMs, L2 %d MiB); median of %d rounds timing the copy, the call and every candidate in turn, L2 flushed before each run\n", dev.name.c_str(),
               dev.arch(), dev.sms, dev.l2_bytes >> 20, a.repeats);
   if (a.tile_slice != 0) std::printf("channels-last statistics tiles forced to %d bytes a pixel\n", a.tile_slice);
   gd::force_tile_slice_bytes(a.tile_slice);
@@ -249,49 +251,56 @@ int run_shapes(const Args& a) {
     p.x_layout = p.y_layout = layout;
     p.activation = activation;
 
-    const double copy = timer.median_us(a.repeats, [&] {
-      GNSILU_CHECK(drv().cuMemcpyDtoDAsync_v2(y.get(), x.get(), bytes, timer.stream()));
-    });
     const auto tuned_before = gd::counters().tuned.load();
     const auto t0 = Clock::now();
     gnsilu::group_norm_silu(p, timer.stream());  // resolves (and maybe tunes) the configuration
     GNSILU_CHECK(drv().cuStreamSynchronize(timer.stream()));
     const double first_call_s = std::chrono::duration<double>(Clock::now() - t0).count();
     const bool tuned_now = gd::counters().tuned.load() > tuned_before;
-    const double app = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream()); });
-    // Every candidate on every path that can run: the library's path ("best by hand" and the default), and the
-    // fastest of the other paths.
+    // Timed in the same interleaved rounds (each run after another one, as in an application): the copy, the
+    // library's call, and every candidate on every path that can run: the library's path ("best by hand" and the
+    // default), and the fastest of the other paths.
     const gnsilu::Path chosen = gd::choose_path(g, gnsilu::Path::Auto, dev.sms);
+    std::vector<LaunchConfig> configs = a.configs;
+    if (configs.empty()) configs.assign(gnsilu::candidate_configs().begin(), gnsilu::candidate_configs().end());
+    std::vector<std::pair<gnsilu::Path, LaunchConfig>> timed;
+    std::vector<std::function<void()>> bodies = {
+        [&] { GNSILU_CHECK(drv().cuMemcpyDtoDAsync_v2(y.get(), x.get(), bytes, timer.stream())); },
+        [&] { gnsilu::group_norm_silu(p, timer.stream()); }};
+    for (gnsilu::Path path : a.paths) {
+      if (path == gnsilu::Path::Fused && !gd::fused_eligible(g)) continue;
+      for (const auto& c : configs) {
+        timed.emplace_back(path, c);
+        bodies.push_back([&p, &timer, path, c] {
+          gnsilu::LaunchOptions o;
+          o.config = c;
+          o.path = path;
+          gnsilu::group_norm_silu(p, timer.stream(), {}, o);
+        });
+      }
+    }
+    const std::vector<double> medians = timer.interleaved_medians_us(a.repeats, bodies);
+    const double copy = medians[0], app = medians[1];
     json candidates = json::array();
     double best = 1e30, def = 0;
     LaunchConfig best_config;
     std::map<std::string, double> path_best;
     std::map<std::string, std::string> path_best_config;
-    std::vector<LaunchConfig> configs = a.configs;
-    if (configs.empty()) configs.assign(gnsilu::candidate_configs().begin(), gnsilu::candidate_configs().end());
-    for (gnsilu::Path path : a.paths) {
-      if (path == gnsilu::Path::Fused && !gd::fused_eligible(g)) continue;
-      double fastest = 1e30;
-      LaunchConfig fastest_config;
-      for (const auto& c : configs) {
-        gnsilu::LaunchOptions o;
-        o.config = c;
-        o.path = path;
-        const double t = timer.median_us(a.repeats, [&] { gnsilu::group_norm_silu(p, timer.stream(), {}, o); });
-        candidates.push_back({{"config", gd::to_string(c)}, {"path", gnsilu::path_name(path)}, {"us", t}});
-        if (t < fastest) {
-          fastest = t;
-          fastest_config = c;
-        }
-        if (path != chosen) continue;
-        if (c == gnsilu::default_config(chosen)) def = t;
-        if (t < best) {
-          best = t;
-          best_config = c;
-        }
+    for (std::size_t k = 0; k < timed.size(); ++k) {
+      const auto& [path, c] = timed[k];
+      const double t = medians[2 + k];
+      const std::string name = gnsilu::path_name(path);
+      candidates.push_back({{"config", gd::to_string(c)}, {"path", name}, {"us", t}});
+      if (!path_best.contains(name) || t < path_best[name]) {
+        path_best[name] = t;
+        path_best_config[name] = gd::to_string(c);
       }
-      path_best[gnsilu::path_name(path)] = fastest;
-      path_best_config[gnsilu::path_name(path)] = gd::to_string(fastest_config);
+      if (path != chosen) continue;
+      if (c == gnsilu::default_config(chosen)) def = t;
+      if (t < best) {
+        best = t;
+        best_config = c;
+      }
     }
     std::string others;
     for (const auto& [name, us] : path_best) {

@@ -38,4 +38,15 @@ double EventTimer::stop_us() {
 
 double EventTimer::median(std::vector<double> times) { return median_of(std::move(times)); }
 
+std::vector<double> EventTimer::interleaved_medians_us(int repeats, const std::vector<std::function<void()>>& bodies) {
+  for (const auto& body : bodies) body();  // warm-up
+  std::vector<std::vector<double>> times(bodies.size());
+  for (int r = 0; r < repeats; ++r)
+    for (std::size_t i = 0; i < bodies.size(); ++i) times[i].push_back(time_us(bodies[i]));
+  std::vector<double> medians;
+  medians.reserve(bodies.size());
+  for (auto& t : times) medians.push_back(median(std::move(t)));
+  return medians;
+}
+
 }  // namespace gnsilu::detail

@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "base/driver.hpp"
@@ -37,6 +38,11 @@ class EventTimer {
     for (int i = 0; i < repeats; ++i) times.push_back(time_us(body));
     return median(std::move(times));
   }
+  // Each body once untimed, then `repeats` rounds that time every body once, in turn; the medians, in the bodies'
+  // order. No timed run follows a run of its own body (unless there is only one): on the H200 a GroupNorm call timed
+  // right after the same call ran up to 18% faster than after other work, which is how an application calls it
+  // (docs/PERFORMANCE.md, v26).
+  std::vector<double> interleaved_medians_us(int repeats, const std::vector<std::function<void()>>& bodies);
 
  private:
   void start();      // flushes L2, records the start event

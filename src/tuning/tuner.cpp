@@ -49,39 +49,66 @@ struct Candidate {
 TuneOutcome select_config(std::span<const LaunchConfig> configs, TuneBackend& backend, const TuneBudget& budget) {
   if (configs.empty()) throw Error(Status::Internal, "gnsilu: tuning needs at least the default configuration");
   std::vector<Candidate> all(configs.size());
+  // Each candidate built, loaded and run untimed first, so that compiles and module loads stay out of the timings.
+  std::size_t usable = 0;
   for (std::size_t i = 0; i < configs.size(); ++i) {
     Candidate& c = all[i];
     c.config = configs[i];
     try {
       backend.prepare(c.config);
       for (int w = 0; w < budget.warmup; ++w) backend.time_us(c.config);
-      const auto started = std::chrono::steady_clock::now();
-      while (static_cast<int>(c.first_pass.size()) < budget.max_samples) {
-        c.first_pass.push_back(backend.time_us(c.config));
-        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        if (static_cast<int>(c.first_pass.size()) >= budget.min_samples && elapsed >= budget.seconds_per_candidate) break;
-      }
       c.ok = true;
       c.status = "ok";
+      ++usable;
     } catch (const Error& e) {
       if (i == 0) throw;  // the default must work: the call would fail with it anyway
       c.status = std::string("failed: ") + e.what();
-      c.first_pass.clear();
       logger().warn("tuning: candidate {} skipped: {}", to_string(c.config), e.what());
     }
   }
 
+  // The first pass: every candidate once a round, in turn, so that no timed run follows a run of its own
+  // configuration. A call in an application follows other kernels; on the H200 a configuration timed back to back
+  // ran up to 18% faster than the same configuration timed after another one (docs/PERFORMANCE.md, v26), and a
+  // first pass timed back to back chose leaders that the interleaved rounds below then found slower than a
+  // candidate left out. Rounds until every candidate has min_samples and the pass has taken seconds_per_candidate
+  // per candidate, or max_samples rounds.
+  const auto started = std::chrono::steady_clock::now();
+  for (int round = 0; round < budget.max_samples && usable > 0; ++round) {
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      Candidate& c = all[i];
+      if (!c.ok) continue;
+      try {
+        c.first_pass.push_back(backend.time_us(c.config));
+      } catch (const Error& e) {
+        if (i == 0) throw;
+        c.ok = false;
+        c.status = std::string("failed: ") + e.what();
+        c.first_pass.clear();
+        --usable;
+        logger().warn("tuning: candidate {} skipped: {}", to_string(c.config), e.what());
+      }
+    }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (round + 1 >= budget.min_samples && elapsed >= budget.seconds_per_candidate * static_cast<double>(usable)) break;
+  }
+
   // The leaders (fastest by the first pass) and the default, re-timed in interleaved rounds so that drift in
-  // the device's clocks or in other work on it affects them alike.
+  // the device's clocks or in other work on it affects them alike. The same order every round (a rotation would
+  // put a candidate after itself where two are left), begun with another candidate than the one timed last.
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < all.size(); ++i)
     if (all[i].ok) order.push_back(i);
+  const std::size_t timed_last = order.empty() ? 0 : order.back();
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return all[a].median() < all[b].median(); });
   std::vector<std::size_t> leaders(order.begin(), order.begin() + std::min<std::size_t>(order.size(), budget.leaders));
   if (std::find(leaders.begin(), leaders.end(), 0) == leaders.end()) leaders.push_back(0);
+  std::vector<std::size_t> round_order = leaders;
+  if (round_order.size() > 1 && round_order.front() == timed_last)
+    std::rotate(round_order.begin(), round_order.begin() + 1, round_order.end());
   for (int r = 0; r < budget.leader_rounds; ++r) {
-    for (std::size_t k = 0; k < leaders.size(); ++k) {
-      Candidate& c = all[leaders[(k + static_cast<std::size_t>(r)) % leaders.size()]];
+    for (std::size_t index : round_order) {
+      Candidate& c = all[index];
       if (!c.ok) continue;
       try {
         c.rounds.push_back(backend.time_us(c.config));

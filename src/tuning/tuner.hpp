@@ -34,9 +34,9 @@ class TuneBackend {
 
 struct TuneBudget {
   int warmup = 2;                       // untimed runs per candidate
-  int min_samples = 7;
-  int max_samples = 40;
-  double seconds_per_candidate = 0.02;  // first pass: sample until this much wall time or max_samples
+  int min_samples = 7;                  // first pass: rounds of every candidate in turn, at least this many,
+  int max_samples = 40;                 // at most this many,
+  double seconds_per_candidate = 0.02;  // and until this much wall time per candidate
   int leaders = 3;                      // the fastest, re-timed with the default before a winner is declared
   int leader_rounds = 15;               // interleaved rounds of the re-timing
   double min_gain = 0.01;               // a winner beats the default by this fraction and by the noise
