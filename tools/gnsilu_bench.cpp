@@ -10,6 +10,9 @@
 //       of itself, as in an application), median of the rounds. Bytes per element, GB/s and the ratio to the copy; with both layouts,
 //       a last table of each shape's channels-last ratio next to its channel-major one. --tile-slice forces the
 //       bytes per pixel of the channels-last statistics tiles (an experiment knob; the library chooses).
+//   gnsilu-bench after    [the options of shapes; --paths takes its first path, split by default]
+//       Each configuration timed right after one untimed run of a predecessor (a copy of x, or each configuration,
+//       itself included): how much what ran just before changes a call's time (docs/PERFORMANCE.md, v26).
 //   gnsilu-bench start    [--shape ...]   time to the first and second result in this process, and where the
 //                                         configuration and kernels came from (cold or warm cache)
 //   gnsilu-bench overhead                 host time of a call whose configuration is resolved (tiny tensor)
@@ -219,6 +222,35 @@ gnsilu::Problem problem_over(const gd::DeviceBuffer& x, const gd::DeviceBuffer& 
   return p;
 }
 
+// A row's tensors: x (random), y, weight 1 and bias 0.1 (FP32), and the problem over them.
+struct RowTensors {
+  gd::DeviceBuffer x, y, w, b;
+  std::size_t bytes = 0;
+  gnsilu::Problem p;
+  RowTensors(CUcontext context, const std::vector<int64_t>& shape, DType dtype, int64_t groups, gnsilu::Layout layout,
+             gnsilu::Activation activation)
+      : x(context, bytes_of(shape, dtype)), y(context, bytes_of(shape, dtype)),
+        w(context, 4 * static_cast<std::size_t>(shape[1])), b(context, 4 * static_cast<std::size_t>(shape[1])),
+        bytes(bytes_of(shape, dtype)) {
+    const std::size_t n = bytes / gnsilu::dtype_size(dtype), channels = static_cast<std::size_t>(shape[1]);
+    fill_random(x, dtype, n, 7);
+    std::vector<float> params(channels, 1.0f);
+    GNSILU_CHECK(drv().cuMemcpyHtoD_v2(w.get(), params.data(), 4 * params.size()));
+    std::fill(params.begin(), params.end(), 0.1f);
+    GNSILU_CHECK(drv().cuMemcpyHtoD_v2(b.get(), params.data(), 4 * params.size()));
+    p = problem_over(x, y, dtype, shape, groups);
+    p.weight = ptr(w);
+    p.bias = ptr(b);
+    p.x_layout = p.y_layout = layout;
+    p.activation = activation;
+  }
+  static std::size_t bytes_of(const std::vector<int64_t>& shape, DType dtype) {
+    std::size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<std::size_t>(d);
+    return n * gnsilu::dtype_size(dtype);
+  }
+};
+
 int run_shapes(const Args& a) {
   const gt::PrimaryContext gpu;
   const gd::DeviceInfo& dev = gpu.info();
@@ -235,21 +267,10 @@ int run_shapes(const Args& a) {
   const auto bench = [&](const std::vector<int64_t>& shape, DType dtype, gnsilu::Layout layout,
                          gnsilu::Activation activation) {
     const auto g = gd::make_geometry(shape, a.groups, layout);
-    const std::size_t n = static_cast<std::size_t>(g.numel);
-    const std::size_t bytes = n * gnsilu::dtype_size(dtype);
-    const std::size_t channels = static_cast<std::size_t>(shape[1]);
-    const gd::DeviceBuffer x(gpu.context(), bytes), y(gpu.context(), bytes), w(gpu.context(), 4 * channels),
-        b(gpu.context(), 4 * channels);
-    fill_random(x, dtype, n, 7);
-    std::vector<float> params(channels, 1.0f);
-    GNSILU_CHECK(drv().cuMemcpyHtoD_v2(w.get(), params.data(), 4 * params.size()));
-    std::fill(params.begin(), params.end(), 0.1f);
-    GNSILU_CHECK(drv().cuMemcpyHtoD_v2(b.get(), params.data(), 4 * params.size()));
-    gnsilu::Problem p = problem_over(x, y, dtype, shape, a.groups);
-    p.weight = ptr(w);
-    p.bias = ptr(b);
-    p.x_layout = p.y_layout = layout;
-    p.activation = activation;
+    const RowTensors rt(gpu.context(), shape, dtype, a.groups, layout, activation);
+    const gd::DeviceBuffer &x = rt.x, &y = rt.y;
+    const std::size_t bytes = rt.bytes;
+    const gnsilu::Problem& p = rt.p;
 
     const auto tuned_before = gd::counters().tuned.load();
     const auto t0 = Clock::now();
@@ -264,9 +285,10 @@ int run_shapes(const Args& a) {
     std::vector<LaunchConfig> configs = a.configs;
     if (configs.empty()) configs.assign(gnsilu::candidate_configs().begin(), gnsilu::candidate_configs().end());
     std::vector<std::pair<gnsilu::Path, LaunchConfig>> timed;
-    std::vector<std::function<void()>> bodies = {
-        [&] { GNSILU_CHECK(drv().cuMemcpyDtoDAsync_v2(y.get(), x.get(), bytes, timer.stream())); },
-        [&] { gnsilu::group_norm_silu(p, timer.stream()); }};
+    // The copy runs twice a round, before and after the library's call, so that neither the call nor any candidate
+    // follows a run of its own configuration (the call's is one of the candidates).
+    const auto copy_x = [&] { GNSILU_CHECK(drv().cuMemcpyDtoDAsync_v2(y.get(), x.get(), bytes, timer.stream())); };
+    std::vector<std::function<void()>> bodies = {copy_x, [&] { gnsilu::group_norm_silu(p, timer.stream()); }, copy_x};
     for (gnsilu::Path path : a.paths) {
       if (path == gnsilu::Path::Fused && !gd::fused_eligible(g)) continue;
       for (const auto& c : configs) {
@@ -288,7 +310,7 @@ int run_shapes(const Args& a) {
     std::map<std::string, std::string> path_best_config;
     for (std::size_t k = 0; k < timed.size(); ++k) {
       const auto& [path, c] = timed[k];
-      const double t = medians[2 + k];
+      const double t = medians[3 + k];
       const std::string name = gnsilu::path_name(path);
       candidates.push_back({{"config", gd::to_string(c)}, {"path", name}, {"us", t}});
       if (!path_best.contains(name) || t < path_best[name]) {
@@ -397,6 +419,80 @@ int run_start(const Args& a, bool worker) {
 }
 
 // Writes the CUBIN of each kernel variant of the default configurations for this GPU into `dir`.
+// What ran just before a call changes its time (PERFORMANCE.md, v26): each configuration c timed right after one
+// untimed run of a predecessor (a copy of x, or any configuration, c itself included), every pair once a round, rounds
+// interleaved, L2 flushed between the predecessor and the timed run as before every timed run; the median per pair.
+int run_after(const Args& a) {
+  const gt::PrimaryContext gpu;
+  const gd::DeviceInfo& dev = gpu.info();
+  const gnsilu::Path path = a.paths.front();
+  const gnsilu::Activation activation = a.activations.front();
+  std::vector<LaunchConfig> configs = a.configs;
+  if (configs.empty()) configs.assign(gnsilu::candidate_configs().begin(), gnsilu::candidate_configs().end());
+  std::printf("GPU: %s (sm_%d, %d SMs, L2 %d MiB); %s path; each configuration (rows) timed right after a predecessor "
+              "(columns), median of %d rounds, us\n",
+              dev.name.c_str(), dev.arch(), dev.sms, dev.l2_bytes >> 20, gnsilu::path_name(path), a.repeats);
+  gt::EventTimer timer(gpu.context(), static_cast<std::size_t>(dev.l2_bytes));
+  json rows = json::array();
+  for (DType dtype : a.dtypes) {
+    for (const auto& shape : a.shapes) {
+      for (gnsilu::Layout layout : a.layouts) {
+        const auto g = gd::make_geometry(shape, a.groups, layout);
+        if (path == gnsilu::Path::Fused && !gd::fused_eligible(g)) continue;
+        const RowTensors rt(gpu.context(), shape, dtype, a.groups, layout, activation);
+        const auto run = [&](const LaunchConfig& c) {
+          gnsilu::LaunchOptions o;
+          o.config = c;
+          o.path = path;
+          gnsilu::group_norm_silu(rt.p, timer.stream(), {}, o);
+        };
+        const auto copy_x = [&] {
+          GNSILU_CHECK(drv().cuMemcpyDtoDAsync_v2(rt.y.get(), rt.x.get(), rt.bytes, timer.stream()));
+        };
+        // Predecessor 0 is the copy, predecessor 1 + k configuration k.
+        const std::size_t preds = configs.size() + 1;
+        std::vector<std::vector<std::vector<double>>> times(configs.size(),
+                                                            std::vector<std::vector<double>>(preds));
+        for (const auto& c : configs) run(c);  // warm-up: compiled, loaded
+        for (int r = 0; r < a.repeats; ++r) {
+          for (std::size_t ci = 0; ci < configs.size(); ++ci) {
+            for (std::size_t pi = 0; pi < preds; ++pi) {
+              if (pi == 0) copy_x();
+              else run(configs[pi - 1]);
+              times[ci][pi].push_back(timer.time_us([&] { run(configs[ci]); }));
+            }
+          }
+        }
+        std::printf("\n%s %s %s (%.1f MiB)\n%-14s %9s", shape_text(shape).c_str(), gnsilu::dtype_name(dtype),
+                    gnsilu::layout_name(layout), rt.bytes / 1048576.0, "after:", "copy");
+        for (const auto& c : configs) std::printf(" %13s", gd::to_string(c).c_str());
+        std::printf("\n");
+        json matrix = json::array();
+        for (std::size_t ci = 0; ci < configs.size(); ++ci) {
+          std::printf("%-14s", gd::to_string(configs[ci]).c_str());
+          json medians = json::array();
+          for (std::size_t pi = 0; pi < preds; ++pi) {
+            const double us = gd::median_of(times[ci][pi]);
+            medians.push_back(us);
+            std::printf(pi == 0 ? " %9.1f" : " %13.1f", us);
+          }
+          std::printf("\n");
+          matrix.push_back({{"config", gd::to_string(configs[ci])}, {"us_after_copy_then_each_config", medians}});
+        }
+        std::fflush(stdout);
+        json names = json::array();
+        for (const auto& c : configs) names.push_back(gd::to_string(c));
+        rows.push_back({{"shape", shape_text(shape)}, {"dtype", gnsilu::dtype_name(dtype)},
+                        {"layout", gnsilu::layout_name(layout)}, {"path", gnsilu::path_name(path)},
+                        {"activation", gnsilu::activation_name(activation)}, {"mib", rt.bytes / 1048576.0},
+                        {"configs", names}, {"rows", matrix}});
+      }
+    }
+  }
+  if (!a.json_path.empty()) std::ofstream(a.json_path) << rows.dump(1) << "\n";
+  return 0;
+}
+
 int run_cubin(const std::string& dir) {
   const gt::PrimaryContext gpu;
   const gd::DeviceInfo& dev = gpu.info();
@@ -635,7 +731,8 @@ int main(int argc, char** argv) {
     if (a.command == "worker") return run_start(a, true);
     if (a.command == "overhead") return run_overhead();
     if (a.command == "cubin") return run_cubin(a.json_path.empty() ? "." : a.json_path);
-    std::fprintf(stderr, "gnsilu-bench: unknown command %s (shapes, start, overhead, worker, cubin, check)\n", a.command.c_str());
+    if (a.command == "after") return run_after(a);
+    std::fprintf(stderr, "gnsilu-bench: unknown command %s (shapes, after, start, overhead, worker, cubin, check)\n", a.command.c_str());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gnsilu-bench: %s\n", e.what());
