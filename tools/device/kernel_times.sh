@@ -32,9 +32,12 @@ for who in old new; do
       echo "kernel_times: $who $shape failed (see $out/ncu/$who-$shape.err)"
   done
 done
-python3 - "$out" <<'PY'
+python3 - "$out" "$config" <<'PY'
 import csv, glob, json, os, re, statistics, sys
 out = sys.argv[1]
+# Only launches of the configuration asked for count: the library's own call and the default row run the default
+# configuration, which may be another one (session 17: a branch whose default differed mixed two configurations).
+want = {k: v for k, v in re.findall(r"([ewsp])(\d+)", sys.argv[2])}
 rows = {}
 for path in sorted(glob.glob(f"{out}/ncu/*.csv")):
     who, shape = os.path.basename(path)[:-4].split("-", 1)
@@ -48,10 +51,12 @@ for path in sorted(glob.glob(f"{out}/ncu/*.csv")):
         args = re.search(r"<([^>]*)>", name)
         a = [x.strip() for x in args.group(1).split(",")] if args else []
         dtype = {"1": "bf16", "2": "fp16", "3": "fp32"}
-        if kernel == "chunk_stats":   # <XT, WARPS, STAGES, LAYOUT>
-            case = (dtype.get(a[0], a[0]), "nhwc" if a[3] == "1" else "nchw")
+        if kernel == "chunk_stats":   # <XT, WARPS, STAGES, LAYOUT>; finalize counts after a chunk_stats that does
+            ours = a[1] == want["w"] and a[2] == want["s"]
+            case = (dtype.get(a[0], a[0]), "nhwc" if a[3] == "1" else "nchw") if ours else None
         elif kernel in ("fused", "apply"):  # <XT, YT, WARPS, EPL, LAYOUT, ACT>
-            case = (dtype.get(a[0], a[0]), "nhwc" if a[4] == "1" else "nchw")
+            ours = a[2] == want["w"] and a[3] == want["e"]
+            case = (dtype.get(a[0], a[0]), "nhwc" if a[4] == "1" else "nchw") if ours else None
         if case is None:
             continue
         us = float(r["Metric Value"].replace(",", "")) / 1000.0  # ns (ncu may print thousands separators)
