@@ -7,12 +7,13 @@
 //       x (the floor), gnsilu as an application sees it (tuned on first use, through the cache), the default
 //       configuration, and every candidate configuration timed by hand; CUDA events, L2 flushed before every
 //       timed run, all of them timed in the same rounds (each once a round, in turn, so that no run follows a run
-//       of itself, as in an application), median of the rounds. Bytes per element, GB/s and the ratio to the copy; with both layouts,
-//       a last table of each shape's channels-last ratio next to its channel-major one. --tile-slice forces the
-//       bytes per pixel of the channels-last statistics tiles (an experiment knob; the library chooses).
+//       of itself, as in an application), median of the rounds. Bytes per element, GB/s and the ratio to the
+//       copy; with both layouts, a last table of each shape's channels-last ratio next to its channel-major one.
+//       --tile-slice forces the bytes per pixel of the channels-last statistics tiles (an experiment knob; the
+//       library chooses).
 //   gnsilu-bench after    [the options of shapes; --paths takes its first path, split by default]
 //       Each configuration timed right after one untimed run of a predecessor (a copy of x, or each configuration,
-//       itself included): how much what ran just before changes a call's time (docs/PERFORMANCE.md, v26).
+//       itself included): how much what ran just before changes a call's time (docs/PERFORMANCE.md, v26, v27).
 //   gnsilu-bench start    [--shape ...]   time to the first and second result in this process, and where the
 //                                         configuration and kernels came from (cold or warm cache)
 //   gnsilu-bench overhead                 host time of a call whose configuration is resolved (tiny tensor)
@@ -254,8 +255,10 @@ struct RowTensors {
 int run_shapes(const Args& a) {
   const gt::PrimaryContext gpu;
   const gd::DeviceInfo& dev = gpu.info();
-  std::printf("GPU: %s (sm_%d, %d SMs, L2 %d MiB); median of %d rounds timing the copy, the call and every candidate in turn, L2 flushed before each run\n", dev.name.c_str(),
-              dev.arch(), dev.sms, dev.l2_bytes >> 20, a.repeats);
+  std::printf(
+      "GPU: %s (sm_%d, %d SMs, L2 %d MiB); median of %d rounds timing the copy, the call and every candidate in turn, "
+      "L2 flushed before each run\n",
+      dev.name.c_str(), dev.arch(), dev.sms, dev.l2_bytes >> 20, a.repeats);
   if (a.tile_slice != 0) std::printf("channels-last statistics tiles forced to %d bytes a pixel\n", a.tile_slice);
   gd::force_tile_slice_bytes(a.tile_slice);
   gt::EventTimer timer(gpu.context(), static_cast<std::size_t>(dev.l2_bytes));
@@ -418,7 +421,6 @@ int run_start(const Args& a, bool worker) {
   return 0;
 }
 
-// Writes the CUBIN of each kernel variant of the default configurations for this GPU into `dir`.
 // What ran just before a call changes its time (PERFORMANCE.md, v26): each configuration c timed right after one
 // untimed run of a predecessor (a copy of x, or any configuration, c itself included), every pair once a round, rounds
 // interleaved, L2 flushed between the predecessor and the timed run as before every timed run; the median per pair.
@@ -493,6 +495,7 @@ int run_after(const Args& a) {
   return 0;
 }
 
+// Writes the CUBIN of each kernel variant of the default configurations for this GPU into `dir`.
 int run_cubin(const std::string& dir) {
   const gt::PrimaryContext gpu;
   const gd::DeviceInfo& dev = gpu.info();

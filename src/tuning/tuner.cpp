@@ -49,6 +49,13 @@ struct Candidate {
 TuneOutcome select_config(std::span<const LaunchConfig> configs, TuneBackend& backend, const TuneBudget& budget) {
   if (configs.empty()) throw Error(Status::Internal, "gnsilu: tuning needs at least the default configuration");
   std::vector<Candidate> all(configs.size());
+  // A candidate that cannot be built or run is left out of the rest, with why.
+  const auto skip = [](Candidate& c, const Error& e) {
+    c.ok = false;
+    c.status = std::string("failed: ") + e.what();
+    c.first_pass.clear();
+    logger().warn("tuning: candidate {} skipped: {}", to_string(c.config), e.what());
+  };
   // Each candidate built, loaded and run untimed first, so that compiles and module loads stay out of the timings.
   std::size_t usable = 0;
   for (std::size_t i = 0; i < configs.size(); ++i) {
@@ -62,8 +69,7 @@ TuneOutcome select_config(std::span<const LaunchConfig> configs, TuneBackend& ba
       ++usable;
     } catch (const Error& e) {
       if (i == 0) throw;  // the default must work: the call would fail with it anyway
-      c.status = std::string("failed: ") + e.what();
-      logger().warn("tuning: candidate {} skipped: {}", to_string(c.config), e.what());
+      skip(c, e);
     }
   }
 
@@ -82,11 +88,8 @@ TuneOutcome select_config(std::span<const LaunchConfig> configs, TuneBackend& ba
         c.first_pass.push_back(backend.time_us(c.config));
       } catch (const Error& e) {
         if (i == 0) throw;
-        c.ok = false;
-        c.status = std::string("failed: ") + e.what();
-        c.first_pass.clear();
+        skip(c, e);
         --usable;
-        logger().warn("tuning: candidate {} skipped: {}", to_string(c.config), e.what());
       }
     }
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
