@@ -26,6 +26,22 @@ struct WarpSums {
 };
 inline constexpr int kMaxMergeWarps = 32;
 
+// Combined sums back in an accumulator (to be combined again, or rounded): a warp's or a block's.
+__device__ __forceinline__ exact::Accumulator accumulator_of(const WarpSums& ws) {
+  exact::Accumulator a;
+  exact::acc_clear(a);
+  a.count = ws.count;
+  a.nonfinite = ws.nonfinite;
+  if (ws.weight != 0) {
+    a.s1 = ws.s1;
+    a.s2 = ws.s2;
+    a.e = ws.e;
+    a.top = ws.top;
+    a.weight = ws.weight;
+  }
+  return a;
+}
+
 struct MergeShared {
   exact::Record total;  // sums that did not stay in registers (rare), and the slow path's record
   exact::Scratch scratch;
@@ -54,7 +70,11 @@ __device__ __forceinline__ exact::Sink<SharedWord, SharedLimbs, SharedLimbs> sha
 }
 
 // A warp's running sums combined into one (in every lane), then written to the warp's slot by lane 0. Lanes whose sums
-// do not fit a common unit (gnsilu_exact.cuh: acc_fits; rare) add their own to the block's record instead.
+// do not fit a common unit (gnsilu_exact.cuh: acc_fits; rare) add their own to the block's record instead. The warp
+// is reconverged first: its lanes may arrive from a loop over records that some of them left early (a group whose
+// records do not fill whole warps), and a diverged warp runs every full-mask shuffle below on the compiler's collective
+// fallback (WARPSYNC.COLLECTIVE), about 300 cycles each: session 18 measured 19,000 cycles for one such warp's combine
+// in finalize at 2x320x96x96 (90 records a group), half of that kernel's time.
 __device__ __forceinline__ int warp_min(int v) {
 #pragma unroll
   for (int h = 16; h >= 1; h /= 2) {
@@ -74,6 +94,7 @@ __device__ __forceinline__ exact::Wide warp_sum_wide(exact::Wide v) {
 template <typename S>
 __device__ __forceinline__ void warp_combine(exact::Accumulator& acc, const S& sink, WarpSums& slot, int& spilled,
                                              int lane) {
+  __syncwarp();
   const bool any = acc.weight != 0;
   const int e = warp_min(any ? acc.e : 1 << 20);
   const int top = warp_max(any ? acc.top : -(1 << 20));
@@ -169,38 +190,14 @@ __device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 gr
   if (warp == 0) {
     // The warps' sums combined as a warp combines its threads' (lane w holds warp w's): a few shuffles instead of
     // one thread adding them in turn. Where they do not fit one unit (rare) the lanes add theirs to sh.total.
-    exact::Accumulator mine;
-    exact::acc_clear(mine);
-    if (lane < kWarps) {
-      const WarpSums& ws = sh.warp[lane];
-      mine.count = ws.count;
-      mine.nonfinite = ws.nonfinite;
-      if (ws.weight != 0) {
-        mine.s1 = ws.s1;
-        mine.s2 = ws.s2;
-        mine.e = ws.e;
-        mine.top = ws.top;
-        mine.weight = ws.weight;
-      }
-    }
+    exact::Accumulator mine = lane < kWarps ? accumulator_of(sh.warp[lane]) : accumulator_of(WarpSums{});
     warp_combine(mine, sink, sh.block, sh.spilled, lane);
     __syncwarp();
   }
   if (t == 0) {
     // Held whole (the usual case), the statistics come from the combined sums directly.
     const auto own = exact::sink_of(sh.total);  // thread 0 alone now: plain additions
-    const WarpSums& ws = sh.block;
-    exact::Accumulator total;
-    exact::acc_clear(total);
-    total.count = ws.count;
-    total.nonfinite = ws.nonfinite;
-    if (ws.weight != 0) {
-      total.s1 = ws.s1;
-      total.s2 = ws.s2;
-      total.e = ws.e;
-      total.top = ws.top;
-      total.weight = ws.weight;
-    }
+    exact::Accumulator total = accumulator_of(sh.block);
     const bool whole = record_in == nullptr && sh.spilled == 0;
     if (record_out != nullptr) {
       // The caller wants the record itself (group_stats): normalized, so that 2^31 of them may be added.
