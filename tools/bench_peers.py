@@ -27,8 +27,9 @@ rounded once to the dtype. w and b are multiples of 1/64, so every path sees the
 torch's own float64 -> bfloat16/float16 cast goes through float32, rounding twice; it is not used for the
 reference, and the JSON counts where it differs. A method that fails (out of memory, a compiler error) is left
 out of its row with a note; out of memory while allocating the inputs skips the row.
-The results are a Markdown table on stdout and, with --json, a JSON file. The defaults (32 rows) take a few
-minutes on an H200, mostly torch.compile; --quick runs 3 shapes, bf16, N = 1.
+The results are a Markdown table on stdout and, with --json, a JSON file (rewritten after each row, so that a run
+cut short keeps its rows). The defaults (32 rows) take a few minutes on an H200, mostly torch.compile; --quick
+runs 3 shapes, bf16, N = 1.
 """
 import argparse
 import datetime
@@ -296,22 +297,11 @@ def main():
     methods = [m for m in METHODS if m != "compiled" or not args.no_compile]
     started = time.monotonic()
     rows = []
-    with torch.inference_mode():
-        for dtype in dtypes:
-            for shape in full_shapes:
-                for layout in layouts:
-                    rows.append(bench.row(shape, dtype, layout))
-                    print(f"[{time.monotonic() - started:6.1f} s] {rows[-1]['shape']} {rows[-1]['dtype']} {layout}",
-                          file=sys.stderr, flush=True)
     device = torch.cuda.get_device_name()
-    print(f"GroupNorm+SiLU, G={GROUPS}, eps={EPS}, on {device}: median of {args.runs} runs (CUDA events, L2 flushed); "
-          f"gnsilu {gnsilu.version()}, PyTorch {torch.__version__}\n")
-    print(markdown(rows, methods))
-    table = layout_table(rows)
-    if table:
-        print("\ngnsilu in both layouts, ratio to the copy of the same bytes (the same run):\n")
-        print(table)
-    if args.json:
+
+    def write_json():  # after each row too, so that a run cut short keeps the rows it finished
+        if not args.json:
+            return
         try:
             import triton
             triton_version = triton.__version__
@@ -324,6 +314,22 @@ def main():
                   "seconds": round(time.monotonic() - started, 1), "rows": rows}
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
+
+    with torch.inference_mode():
+        for dtype in dtypes:
+            for shape in full_shapes:
+                for layout in layouts:
+                    rows.append(bench.row(shape, dtype, layout))
+                    print(f"[{time.monotonic() - started:6.1f} s] {rows[-1]['shape']} {rows[-1]['dtype']} {layout}",
+                          file=sys.stderr, flush=True)
+                    write_json()
+    print(f"GroupNorm+SiLU, G={GROUPS}, eps={EPS}, on {device}: median of {args.runs} runs (CUDA events, L2 flushed); "
+          f"gnsilu {gnsilu.version()}, PyTorch {torch.__version__}\n")
+    print(markdown(rows, methods))
+    table = layout_table(rows)
+    if table:
+        print("\ngnsilu in both layouts, ratio to the copy of the same bytes (the same run):\n")
+        print(table)
 
 
 if __name__ == "__main__":
