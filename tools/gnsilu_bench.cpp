@@ -223,7 +223,8 @@ gnsilu::Problem problem_over(const gd::DeviceBuffer& x, const gd::DeviceBuffer& 
   return p;
 }
 
-// A row's tensors: x (random), y, weight 1 and bias 0.1 (FP32), and the problem over them.
+// A row's tensors: x (random), y, weight 1 and bias 0.1 (FP32), and the problem over them; the copy of x and a
+// candidate's call on them.
 struct RowTensors {
   gd::DeviceBuffer x, y, w, b;
   std::size_t bytes = 0;
@@ -244,6 +245,15 @@ struct RowTensors {
     p.bias = ptr(b);
     p.x_layout = p.y_layout = layout;
     p.activation = activation;
+  }
+  // y = x by the driver: the floor each row is compared with.
+  void copy(CUstream stream) const { GNSILU_CHECK(drv().cuMemcpyDtoDAsync_v2(y.get(), x.get(), bytes, stream)); }
+  // The call on a forced path and configuration: a candidate timed by hand.
+  void run(CUstream stream, gnsilu::Path path, const LaunchConfig& c) const {
+    gnsilu::LaunchOptions o;
+    o.config = c;
+    o.path = path;
+    gnsilu::group_norm_silu(p, stream, {}, o);
   }
   static std::size_t bytes_of(const std::vector<int64_t>& shape, DType dtype) {
     std::size_t n = 1;
@@ -271,7 +281,6 @@ int run_shapes(const Args& a) {
                          gnsilu::Activation activation) {
     const auto g = gd::make_geometry(shape, a.groups, layout);
     const RowTensors rt(gpu.context(), shape, dtype, a.groups, layout, activation);
-    const gd::DeviceBuffer &x = rt.x, &y = rt.y;
     const std::size_t bytes = rt.bytes;
     const gnsilu::Problem& p = rt.p;
 
@@ -290,18 +299,13 @@ int run_shapes(const Args& a) {
     std::vector<std::pair<gnsilu::Path, LaunchConfig>> timed;
     // The copy runs twice a round, before and after the library's call, so that neither the call nor any candidate
     // follows a run of its own configuration (the call's is one of the candidates).
-    const auto copy_x = [&] { GNSILU_CHECK(drv().cuMemcpyDtoDAsync_v2(y.get(), x.get(), bytes, timer.stream())); };
+    const auto copy_x = [&] { rt.copy(timer.stream()); };
     std::vector<std::function<void()>> bodies = {copy_x, [&] { gnsilu::group_norm_silu(p, timer.stream()); }, copy_x};
     for (gnsilu::Path path : a.paths) {
       if (path == gnsilu::Path::Fused && !gd::fused_eligible(g)) continue;
       for (const auto& c : configs) {
         timed.emplace_back(path, c);
-        bodies.push_back([&p, &timer, path, c] {
-          gnsilu::LaunchOptions o;
-          o.config = c;
-          o.path = path;
-          gnsilu::group_norm_silu(p, timer.stream(), {}, o);
-        });
+        bodies.push_back([&rt, &timer, path, c] { rt.run(timer.stream(), path, c); });
       }
     }
     const std::vector<double> medians = timer.interleaved_medians_us(a.repeats, bodies);
@@ -442,15 +446,7 @@ int run_after(const Args& a) {
         const auto g = gd::make_geometry(shape, a.groups, layout);
         if (path == gnsilu::Path::Fused && !gd::fused_eligible(g)) continue;
         const RowTensors rt(gpu.context(), shape, dtype, a.groups, layout, activation);
-        const auto run = [&](const LaunchConfig& c) {
-          gnsilu::LaunchOptions o;
-          o.config = c;
-          o.path = path;
-          gnsilu::group_norm_silu(rt.p, timer.stream(), {}, o);
-        };
-        const auto copy_x = [&] {
-          GNSILU_CHECK(drv().cuMemcpyDtoDAsync_v2(rt.y.get(), rt.x.get(), rt.bytes, timer.stream()));
-        };
+        const auto run = [&](const LaunchConfig& c) { rt.run(timer.stream(), path, c); };
         // Predecessor 0 is the copy, predecessor 1 + k configuration k.
         const std::size_t preds = configs.size() + 1;
         std::vector<std::vector<std::vector<double>>> times(configs.size(),
@@ -459,7 +455,7 @@ int run_after(const Args& a) {
         for (int r = 0; r < a.repeats; ++r) {
           for (std::size_t ci = 0; ci < configs.size(); ++ci) {
             for (std::size_t pi = 0; pi < preds; ++pi) {
-              if (pi == 0) copy_x();
+              if (pi == 0) rt.copy(timer.stream());
               else run(configs[pi - 1]);
               times[ci][pi].push_back(timer.time_us([&] { run(configs[ci]); }));
             }
