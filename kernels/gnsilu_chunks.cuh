@@ -61,9 +61,9 @@ __device__ __forceinline__ float biased(const Params& p, float x, i64 channel) {
 
 // The same where the kernel is instantiated for one case (BIAS: Params::input_bias is not null). chunk_stats and
 // apply have an instance of each (template argument BIAS), so that a call without a bias runs none of its code and
-// is compiled as if the bias did not exist: a test per row or chunk cost 1-7% at small shapes (PERFORMANCE.md v20),
-// and both bodies in one kernel, branched at its top, still 2-7% (v22: ptxas gives the two one register layout and
-// one schedule). A call with a bias takes the split path (the fused kernel has no bias).
+// is compiled as if the bias did not exist: a test per row or chunk cost 1-7% at small shapes, and both bodies in
+// one kernel, branched at its top, still 2-7% (ptxas gives the two one register layout and one schedule;
+// docs/PERFORMANCE.md, the input bias). A call with a bias takes the split path (the fused kernel has no bias).
 template <int XT, bool BIAS>
 __device__ __forceinline__ float biased_if(const Params& p, float x, i64 channel) {
   if constexpr (BIAS)

@@ -19,8 +19,8 @@
 // NaN and Inf are counted apart (nonfinite); a group holding one has NaN statistics, as before.
 //
 // Used by the statistics kernels (kernels/group_norm_silu.cu: reduce_chunk writes chunk records, merged_group_stats
-// merges them) and by the CPU reference (src/api/reference.cpp: element by element); tests/kernels/test_exact.cpp checks
-// the arithmetic on the CPU. docs/EXACT_STATISTICS.md explains the design.
+// merges them) and by the CPU reference (src/api/reference.cpp: element by element); tests/kernels/test_exact.cpp
+// checks the arithmetic on the CPU. docs/EXACT_STATISTICS.md explains the design.
 #pragma once
 
 #include "gnsilu_math.cuh"
@@ -595,13 +595,6 @@ struct Scratch {
 // the correctly rounded result. Only where the exact value lies that close to a midpoint between two doubles (or,
 // for the variance, where the cancellation in S2/N - mean^2 eats the estimate's bits) does the big-integer path
 // run. Either way the result is the same double, on the host and on the GPU.
-GNSILU_HD double fma64(double a, double b, double c) {
-#if defined(__CUDA_ARCH__)
-  return __fma_rn(a, b, c);
-#else
-  return __builtin_fma(a, b, c);
-#endif
-}
 struct DD {
   double hi, lo;
 };
@@ -645,15 +638,15 @@ GNSILU_HD void estimate_from(DD a, bool negative, DD b, u64 n, bool& mean_done, 
   const double eps = math::pow2d(-98);          // far above the estimate's error (about 2^-102 relative)
   // S1 / n: q1 + q2, q1 rounded, q2 from q1's exact remainder.
   const double q1 = a.hi / count;
-  const double q2 = (fma64(-q1, count, a.hi) + a.lo) / count;
+  const double q2 = (math::fma64(-q1, count, a.hi) + a.lo) / count;
   double m = 0.0;
   mean_done = a.hi == 0.0 || decided(q1, q2, (q1 < 0 ? -q1 : q1) * eps, m);
   mean = negative ? -m : m;
   // S2 / n - (S1 / n)^2, from the same estimates.
   const double p1 = b.hi / count;
-  const double p2 = (fma64(-p1, count, b.hi) + b.lo) / count;
+  const double p2 = (math::fma64(-p1, count, b.hi) + b.lo) / count;
   const double m1 = q1 * q1;  // the square of the mean's estimate, as a double-double
-  const double m2 = fma64(q1, q1, -m1) + 2.0 * q1 * q2;
+  const double m2 = math::fma64(q1, q1, -m1) + 2.0 * q1 * q2;
   const DD d = two_sum(p1, -m1);
   const double tail = d.lo + (p2 - m2);
   const double err = (p1 + m1) * eps;

@@ -73,8 +73,8 @@ __device__ __forceinline__ exact::Sink<SharedWord, SharedLimbs, SharedLimbs> sha
 // do not fit a common unit (gnsilu_exact.cuh: acc_fits; rare) add their own to the block's record instead. The warp
 // is reconverged first: its lanes may arrive from a loop over records that some of them left early (a group whose
 // records do not fill whole warps), and a diverged warp runs every full-mask shuffle below on the compiler's collective
-// fallback (WARPSYNC.COLLECTIVE), about 300 cycles each: session 18 measured 19,000 cycles for one such warp's combine
-// in finalize at 2x320x96x96 (90 records a group), half of that kernel's time.
+// fallback (WARPSYNC.COLLECTIVE), 240-300 cycles each: clock64 probes measured 19,000 cycles for one such warp's
+// combine (60-80 shuffles) in finalize at 2x320x96x96 (90 records a group), half of that kernel's time.
 __device__ __forceinline__ int warp_min(int v) {
 #pragma unroll
   for (int h = 16; h >= 1; h /= 2) {

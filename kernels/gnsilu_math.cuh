@@ -96,6 +96,13 @@ GNSILU_HD float fma32(float a, float b, float c) {
   return __builtin_fmaf(a, b, c);
 #endif
 }
+GNSILU_HD double fma64(double a, double b, double c) {
+#if defined(__CUDA_ARCH__)
+  return __fma_rn(a, b, c);
+#else
+  return __builtin_fma(a, b, c);
+#endif
+}
 GNSILU_HD float div32(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fdiv_rn(a, b);
@@ -520,9 +527,9 @@ GNSILU_HD float transform(float x, const RowConstants& rc) {
 // the FP32 bits that rounding to 16 bits drops lie farther from the rounding midpoint than the margin
 // 1.25 |v| + 16 ulps (fp16: f also normal, where the rounding position is fixed): then silu32(v), within the
 // margin of f, rounds to the same 16-bit value, and silu32 need not run; otherwise it does. Output bits never
-// change: tests/gpu/test_gpu.cpp runs silu_fast_check (tests/gpu/silu_fast_check.hpp) over every FP32 v on the GPU (largest distance seen:
-// 59 ulps at |v| <= 64, under 80% of the margin everywhere; decisions wrong: none). The host never uses this:
-// the CPU reference always runs silu32.
+// change: tests/gpu/test_gpu.cpp runs silu_fast_check (tests/gpu/silu_fast_check.hpp) over every FP32 v on the GPU
+// (largest distance seen: 59 ulps at |v| <= 64, under 80% of the margin everywhere; decisions wrong: none). The host
+// never uses this: the CPU reference always runs silu32.
 __device__ __forceinline__ float silu_estimate(float v) {
   float e, r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(v * -1.44269504f));

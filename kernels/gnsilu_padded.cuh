@@ -45,8 +45,8 @@ struct StageOf<kFP32> {
 //    replicate border computed from its edge element of x as the interior's, a constant one the constant.
 // 4. The tile to y: aligned 16-byte vectors from the staged bits, the unaligned head and tail element by element.
 // Every thread's work is uniform except at a tile's edges, and a piece never meets a line's border: the flat walk
-// of y that located each element in its line (the kernel before this one, PERFORMANCE.md v24/v25) spent 85
-// instructions an element on borders, line crossings and divergence.
+// of y that located each element in its line (the kernel before this one; docs/PERFORMANCE.md, the padded output)
+// spent 85 instructions an element on borders, line crossings and divergence.
 template <int XT, int YT, int ACT>
 __device__ __forceinline__ void apply_padded_channels_first(const Params& p) {
   using Stage = typename StageOf<YT>::type;

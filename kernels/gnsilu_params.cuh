@@ -69,7 +69,8 @@ struct Params {
   int cl_ty;             //   and along pixels (cl_tx * cl_ty <= threads per block)
   int cl_fused_width;    // channels-last fused kernel: channels per vector (8, 4 or 1)
   math::Padding pad;     // apply_padded: y's border (mode kPadNone: y has x's shape, apply_padded is not launched)
-  int pad_vectors;       // channel-major apply_padded: x and y 16-byte aligned (16-byte pieces of x, y in 16-byte vectors)
+  int pad_vectors;       // channel-major apply_padded: x and y 16-byte aligned (16-byte pieces of x, y in 16-byte
+                         // vectors)
   int stats_mode;        // finalize: 0 the group's statistics from its chunk records, into row constants; 1 the same
                          // statistics written to group_stats instead (no rows); 2 rows from group_stats (no records)
 };

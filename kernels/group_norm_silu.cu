@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(con
 // exactly (merged_group_stats), then its channels' constants.
 template <int XT, int LAYOUT>
 // One block a multiprocessor at least (kPartials, 1): without it, NVRTC for sm_100, sm_103 and sm_110 gave this kernel
-// 64 registers and an 8-byte stack once its fallback read x with the input bias (session 11).
+// 64 registers and an 8-byte stack once its fallback read x with the input bias.
 __global__ void __launch_bounds__(kPartials, 1) finalize(const Params p) {
   __shared__ MergeShared sh;
   allow_next_kernel();

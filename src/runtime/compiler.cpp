@@ -79,9 +79,10 @@ CompiledProgram compile(const CompileRequest& request) {
   CompiledProgram out;
   out.arch = request.arch;
   // An architecture newer than this NVRTC knows gets PTX of the newest one it knows; the driver compiles it.
-  out.is_cubin = archs.empty() || std::find(archs.begin(), archs.end(), request.arch) != archs.end() ||
-                 request.arch < archs.back();
-  const int target = out.is_cubin ? request.arch : archs.back();
+  const bool known = archs.empty() || std::find(archs.begin(), archs.end(), request.arch) != archs.end() ||
+                     request.arch < archs.back();
+  out.is_cubin = known && !request.ptx_only;
+  const int target = known ? request.arch : archs.back();
 
   const EmbeddedFile* main_file = find_file("group_norm_silu.cu");
   if (main_file == nullptr) throw Error(Status::Internal, "gnsilu: group_norm_silu.cu is not embedded");

@@ -14,6 +14,9 @@ struct CompileRequest {
   // Empty: the library's kernels (group_norm_silu.cu). Else a program of its own (a test's), compiled with every
   // kernel file available to #include, group_norm_silu.cu too.
   std::string source;
+  // PTX for the architecture's virtual target even where NVRTC could make a CUBIN: NVRTC's front end alone, without
+  // ptxas (the compile guard measures the two apart; the library never asks for it).
+  bool ptx_only = false;
 };
 
 struct CompiledProgram {

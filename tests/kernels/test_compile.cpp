@@ -1,454 +1,200 @@
-// Every kernel variant (9 dtype pairs x every candidate configuration x both layouts x both activations) compiles
-// with NVRTC with no stack frame and no register spills (ptxas' report). NVRTC needs no GPU, so this runs in CI.
+// The compile guard (tests/kernels/compile_guard.hpp says how it works): every kernel instantiation the library can
+// launch (9 dtype pairs x every candidate configuration x both layouts x both activations, each distinct
+// instantiation once) compiles with NVRTC with no stack frame and no register spills (ptxas' report), for one
+// architecture of every ptxas class. NVRTC needs no GPU, so this runs in CI.
 //
-// Which architectures (GNSILU_TEST_ARCHS):
-// - unset or empty: one architecture per ptxas class (kArchClasses below: ptxas gives every kernel the same
-//   registers, stack and spills within a class), and any architecture this NVRTC offers that no class names;
-// - "all": every architecture this NVRTC offers from sm_75 up. When a class's representative and its siblings are
-//   all compiled, every sibling's per-kernel summary must equal the representative's: tools/compile_all_archs.sh
-//   runs this, and a failure there means kArchClasses must change;
-// - a list ("90,100"): those; an entry this NVRTC cannot compile for fails the test.
-// The work is cut into one job per (architecture, layout, activation) and the jobs run on every core.
-//
-// GNSILU_TEST_KERNELS=<substrings, separated by spaces or ';'> (opt-in): each job compiles only the kernels whose
-// name expression contains one of them ("fused<1,1,16,32,1,0> chunk_stats<3,"), under the same rules: a check of
-// chosen instances on every architecture in minutes before a full run (a kernel change needs a cold one: over an
-// hour and a half on 2 cores). A filtered job's result is neither read from nor written to the pass cache, and the
-// test says that it ran filtered.
-//
-// GNSILU_COMPILE_PASS_CACHE=<folder> (opt-in; .ci/run sets it): a job that passed is remembered there under a key
-// of everything its verdict depends on (the kernel sources' SHA-256, NVRTC's version and library file, the options,
-// the architecture and the kernel names, and this test's rules); the same job later reads its per-kernel summary
-// from there instead of compiling. Only passes are remembered, and a file whose key text is not the job's exactly is
-// ignored.
-#include <dlfcn.h>
-#include <nvrtc.h>
-#include <sys/stat.h>
-
+// The environment:
+// - GNSILU_TEST_ARCHS: unset, one architecture per ptxas class; "all", every one from sm_75 up, each sibling's
+//   reports equal to its representative's (tools/compile_all_archs.sh); a list ("90,100"), those.
+// - GNSILU_COMPILE_RECORD: the committed record (default tests/kernels/compile_record.txt of this source tree; "none"
+//   for no record). Where its identity (rules, kernel sources, NVRTC library, options) and a job's kernel names are
+//   the tree's, the job's reports come from it; GNSILU_COMPILE_SAMPLE of those jobs (default: one an architecture and
+//   4 more; "all": every one) chosen at random (GNSILU_COMPILE_SAMPLE_SEED to repeat a choice; the seed is printed)
+//   are compiled here, and any difference from the record fails the test. Every other job is compiled.
+// - GNSILU_COMPILE_RECORD_WRITE=<file> (tools/compile_all_archs.sh): with GNSILU_TEST_ARCHS=all, write the record of
+//   this run there when every job passed. Such a run reads no record: each job is compiled or remembered.
+// - GNSILU_COMPILE_PASS_CACHE=<folder> (.ci/run sets it): a job that compiled and passed here is remembered there and
+//   not compiled again (its key: the identity, the architecture and its kernel names, byte for byte).
+// - GNSILU_TEST_KERNELS=<substrings, separated by spaces or ';'>: only the kernels whose name expression contains one
+//   ("fused<1,1,16,32,1,0> chunk_stats<3,"), under the same rules, nothing read or remembered: a check of chosen
+//   instances on every class in minutes.
+// - GNSILU_COMPILE_PROFILE=1: each compiled job is also compiled to PTX alone first, and both times are printed: where
+//   a compile's time goes (NVRTC's front end, or ptxas: the difference).
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
-#include <map>
-#include <mutex>
-#include <optional>
-#include <regex>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
-#include <vector>
 
-#include "base/hash.hpp"
 #include "cache/transfer/atomic_file.hpp"
+#include "kernels/compile_guard.hpp"
+#include "kernels/sha256.hpp"
 #include "runtime/compiler.hpp"
 #include "runtime/kernel_sources.hpp"
 #include "runtime/kernels.hpp"
-#include "gnsilu/gnsilu.hpp"
 #include "temp_dir.hpp"
 
 namespace {
 
+using namespace gnsilu::test::compile_guard;
 using gnsilu::Activation;
 using gnsilu::DType;
 using gnsilu::Layout;
 
-// ptxas classes: within one, ptxas gave every kernel the same registers, stack and spills (tools/compile_all_archs.sh
-// checks it over every kernel). CI compiles the representatives only.
-struct ArchClass {
-  int representative;
-  std::vector<int> siblings;
-};
-// (sm_110 is not sm_103's sibling: tools/compile_all_archs.sh found 6 apply kernels with 2 to 4 more registers.)
-const std::vector<ArchClass> kArchClasses = {
-    {75, {}}, {80, {}}, {86, {87, 88, 89}}, {90, {}}, {100, {}}, {103, {}}, {110, {}}, {120, {121}},
-};
-
-// What this test counts as a pass. Part of the pass cache's key: change it when the rules below change.
-constexpr const char* kRules = "rules 1: no stack frame, no spill stores or loads, one report per kernel";
-
-struct KernelFacts {
-  int registers = -1;
-  long stack = -1, spill_stores = -1, spill_loads = -1;
-  friend bool operator==(const KernelFacts&, const KernelFacts&) = default;
-};
-using Summary = std::map<std::string, KernelFacts>;  // mangled kernel name -> ptxas' report
-
-std::string text_of(const KernelFacts& k) {
-  return std::to_string(k.registers) + " registers, " + std::to_string(k.stack) + " bytes stack, " +
-         std::to_string(k.spill_stores) + "/" + std::to_string(k.spill_loads) + " bytes spilled (stores/loads)";
+std::string env(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? "" : value;
 }
 
-// ---- which architectures -------------------------------------------------------------------------------------
-struct Selection {
-  std::vector<int> archs;
-  std::string error;  // non-empty: the variable is wrong, and says why
-  std::string note;   // what was chosen and why
-};
-
-std::vector<int> eligible(const std::vector<int>& supported) {
-  std::vector<int> out;
-  for (int a : supported)
-    if (a >= 75) out.push_back(a);
-  return out;
-}
-
-Selection select_archs(const char* variable, const std::vector<int>& supported) {
-  Selection s;
-  const std::vector<int> all = eligible(supported);
-  const std::string value = variable == nullptr ? "" : variable;
-  if (all.empty()) {
-    s.error = "this NVRTC offers no architecture from sm_75 up";
-    return s;
-  }
-  if (value.empty()) {
-    std::set<int> named;
-    for (const auto& c : kArchClasses) {
-      named.insert(c.representative);
-      named.insert(c.siblings.begin(), c.siblings.end());
-      if (std::find(all.begin(), all.end(), c.representative) != all.end()) s.archs.push_back(c.representative);
-    }
-    std::vector<int> unclassed;
-    for (int a : all)
-      if (named.count(a) == 0) unclassed.push_back(a);
-    s.archs.insert(s.archs.end(), unclassed.begin(), unclassed.end());
-    std::sort(s.archs.begin(), s.archs.end());
-    s.note = "one architecture per ptxas class (" + std::to_string(s.archs.size()) + " of " +
-             std::to_string(all.size()) + "; GNSILU_TEST_ARCHS=all compiles every one)";
-    for (int a : unclassed) s.note += "; sm_" + std::to_string(a) + " is in no class: compiled as its own";
-    return s;
-  }
-  if (value == "all") {
-    s.archs = all;
-    s.note = "GNSILU_TEST_ARCHS=all: every architecture from sm_75 up (" + std::to_string(all.size()) + ")";
-    return s;
-  }
-  std::vector<std::string> items;
-  for (std::size_t start = 0;;) {
-    const auto comma = value.find(',', start);
-    items.push_back(value.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  for (const std::string& item : items) {
-    const bool digits = !item.empty() && item.size() <= 4 && item.find_first_not_of("0123456789") == std::string::npos;
-    const int arch = digits ? std::stoi(item) : 0;
-    if (!digits || std::find(all.begin(), all.end(), arch) == all.end()) {
-      std::string offered;
-      for (int a : all) offered += (offered.empty() ? "" : ",") + std::to_string(a);
-      s.error = "GNSILU_TEST_ARCHS=" + value + ": '" + item +
-                "' is not an architecture this NVRTC compiles for from sm_75 up (it offers " + offered + ", or 'all')";
-      s.archs.clear();
-      return s;
-    }
-    if (std::find(s.archs.begin(), s.archs.end(), arch) == s.archs.end()) s.archs.push_back(arch);
-  }
-  std::sort(s.archs.begin(), s.archs.end());
-  s.note = "GNSILU_TEST_ARCHS=" + value + ": " + std::to_string(s.archs.size()) + " architectures";
-  return s;
-}
-
-// ---- one job: an architecture's variants of one layout and activation -------------------------------------------
-struct Job {
-  int arch = 0;
-  Layout layout = Layout::ChannelsFirst;
-  Activation activation = Activation::SiLU;
-  std::string label() const {
-    return "sm_" + std::to_string(arch) + " " + gnsilu::layout_name(layout) + " " +
-           gnsilu::activation_name(activation);
-  }
-};
-
-std::vector<gnsilu::detail::Variant> variants_of(const Job& job) {
-  std::vector<gnsilu::detail::Variant> out;
-  for (DType x : {DType::BF16, DType::FP16, DType::FP32})
-    for (DType y : {DType::BF16, DType::FP16, DType::FP32})
-      for (const auto& c : gnsilu::candidate_configs()) out.push_back({x, y, c, job.layout, job.activation});
-  return out;
-}
-
-const std::vector<std::string> kExtraOptions = {"--ptxas-options=-v"};
-
-// NVRTC as loaded: its version and its library file (path, size, modification time).
-std::string nvrtc_identity() {
-  std::string text = "nvrtc " + gnsilu::detail::nvrtc_version();
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) != 0 && info.dli_fname != nullptr) {
-    struct stat st {};
-    const std::string path = std::filesystem::weakly_canonical(info.dli_fname).string();
-    text += " " + path;
-    if (stat(path.c_str(), &st) == 0) {
-      text += " " + std::to_string(st.st_size) + " bytes, mtime " + std::to_string(st.st_mtim.tv_sec) + "." +
-              std::to_string(st.st_mtim.tv_nsec);
-    }
-  } else {
-    text += " (library file unknown)";
-  }
-  return text;
-}
-
-// Everything a job's verdict depends on, as text.
-std::string job_key(const Job& job) {
-  std::string key = "gnsilu test_compile pass\n";
-  key += std::string(kRules) + "\n";
-  key += "sources " + std::string(gnsilu::detail::kKernelSourceHash) + "\n";
-  key += nvrtc_identity() + "\n";
-  key += "arch " + std::to_string(job.arch) + "\n";
-  std::vector<std::string> options = gnsilu::detail::fixed_options(job.arch, true);
-  options.insert(options.end(), kExtraOptions.begin(), kExtraOptions.end());
-  key += "options";
-  for (const auto& o : options) key += " " + o;
-  key += "\nnames";
-  for (const auto& v : variants_of(job))
-    for (const auto& name : gnsilu::detail::kernel_names(v)) key += " " + name;
-  return key + "\n";
-}
-
-std::string key_file(const std::string& folder, const std::string& key) {
-  gnsilu::detail::Fnv1a h;
-  h.add(key);
-  return folder + "/" + h.hex() + ".pass";
-}
-
-std::string summary_text(const Summary& s) {
-  std::string out;
-  for (const auto& [name, k] : s) {
-    out += name + " " + std::to_string(k.registers) + " " + std::to_string(k.stack) + " " +
-           std::to_string(k.spill_stores) + " " + std::to_string(k.spill_loads) + "\n";
-  }
-  return out;
-}
-
-// A remembered pass: the file's key text must be the job's, byte for byte.
-std::optional<Summary> remembered(const std::string& folder, const std::string& key) {
-  std::ifstream in(key_file(folder, key), std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream whole;
-  whole << in.rdbuf();
-  const std::string text = whole.str();
-  const std::string marker = "---\n";
-  if (text.size() < key.size() + marker.size() || text.compare(0, key.size(), key) != 0 ||
-      text.compare(key.size(), marker.size(), marker) != 0)
+// GNSILU_COMPILE_SAMPLE: a count of jobs (at least 1), or "all"; unset: one an architecture and 4 more.
+std::optional<std::size_t> sample_size(const std::string& value, std::size_t archs, std::string* error) {
+  if (value.empty()) return archs + 4;
+  if (value == "all") return std::numeric_limits<std::size_t>::max();
+  if (value.size() > 6 || value.find_first_not_of("0123456789") != std::string::npos || std::stoul(value) == 0) {
+    *error = "GNSILU_COMPILE_SAMPLE=" + value +
+             ": a number of jobs from 1 (a record is never taken without compiling some of it), or 'all'";
     return std::nullopt;
-  Summary s;
-  std::istringstream lines(text.substr(key.size() + marker.size()));
-  for (std::string line; std::getline(lines, line);) {
-    std::istringstream fields(line);
-    std::string name;
-    KernelFacts k;
-    if (!(fields >> name >> k.registers >> k.stack >> k.spill_stores >> k.spill_loads)) return std::nullopt;
-    s[name] = k;
   }
-  if (s.empty()) return std::nullopt;
-  return s;
+  return std::stoul(value);
 }
 
-std::optional<std::string> remember(const std::string& folder, const std::string& key, const Summary& s) {
-  std::error_code ec;
-  std::filesystem::create_directories(folder, ec);
-  if (ec) return "cannot create " + folder + ": " + ec.message();
-  if (auto problem = gnsilu::detail::write_file_atomically(key_file(folder, key), key + "---\n" + summary_text(s)))
-    return key_file(folder, key) + " " + *problem;
-  return std::nullopt;
-}
-
-// ptxas' -v report: per entry function, its registers, stack frame and spills.
-Summary parse_report(const std::string& log) {
-  const std::regex entry(R"(Compiling entry function '([^']+)')");
-  const std::regex properties(R"(Function properties for (\S+))");
-  const std::regex frame(R"((\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads)");
-  const std::regex registers(R"(Used (\d+) registers)");
-  Summary s;
-  std::istringstream in(log);
-  std::string line, function;
-  while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_search(line, m, entry)) {
-      function = m[1];
-    } else if (std::regex_search(line, m, properties)) {
-      function = m[1];
-    } else if (std::regex_search(line, m, frame) && !function.empty()) {
-      KernelFacts& k = s[function];
-      k.stack = std::stol(m[1]);
-      k.spill_stores = std::stol(m[2]);
-      k.spill_loads = std::stol(m[3]);
-    } else if (std::regex_search(line, m, registers) && !function.empty()) {
-      s[function].registers = std::stoi(m[1]);
-    }
-  }
-  return s;
-}
-
-struct JobResult {
-  Summary summary;
-  std::vector<std::string> problems;
-  double seconds = 0;
-  bool from_cache = false;
-  std::string cache_note;  // a pass that could not be remembered
-};
-
-// The rules: one complete report per kernel asked for, no stack frame, no spills.
-std::vector<std::string> problems_of(const Summary& s, const std::set<std::string>& lowered) {
-  std::vector<std::string> problems;
-  for (const auto& name : lowered)
-    if (s.count(name) == 0) problems.push_back(name + ": no ptxas report");
-  for (const auto& [name, k] : s) {
-    if (lowered.count(name) == 0) problems.push_back(name + ": reported, but not a kernel asked for");
-    if (k.registers < 0 || k.stack < 0) problems.push_back(name + ": incomplete report");
-    if (k.stack != 0 || k.spill_stores != 0 || k.spill_loads != 0) problems.push_back(name + ": " + text_of(k));
-  }
-  return problems;
-}
-
-// GNSILU_TEST_KERNELS as a list of substrings (separated by spaces or ';': a kernel's template arguments hold
-// commas); none: every kernel.
-std::vector<std::string> kernel_filter(const char* value) {
-  std::vector<std::string> out;
-  if (value == nullptr) return out;
-  std::string text(value);
-  std::replace(text.begin(), text.end(), ';', ' ');
-  std::istringstream items(text);
-  for (std::string item; items >> item;) out.push_back(item);
-  return out;
-}
-
-// The job's kernel name expressions that contain one of `filter`'s substrings (all of them without a filter).
-std::vector<std::string> job_names(const Job& job, const std::vector<std::string>& filter) {
-  std::vector<std::string> names;
-  for (const auto& v : variants_of(job)) {
-    for (const auto& name : gnsilu::detail::kernel_names(v)) {
-      const bool wanted = filter.empty() || std::any_of(filter.begin(), filter.end(), [&](const std::string& f) {
-                            return name.find(f) != std::string::npos;
-                          });
-      if (wanted && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
-    }
-  }
-  return names;
-}
-
-// A job: every kernel of its variants, or with a filter only its kernels (and then no pass is read or written).
-JobResult run_job(const Job& job, const std::string& cache_folder, const std::vector<std::string>& filter) {
-  JobResult r;
-  const bool remembers = !cache_folder.empty() && filter.empty();
-  const std::string key = remembers ? job_key(job) : "";
-  if (remembers) {
-    if (auto s = remembered(cache_folder, key)) {
-      r.summary = std::move(*s);
-      r.from_cache = true;
-      return r;
-    }
-  }
-  gnsilu::detail::CompileRequest request;
-  request.arch = job.arch;
-  request.names = job_names(job, filter);
-  request.extra_options = kExtraOptions;
-  if (request.names.empty()) return r;  // no kernel of this job matches the filter
-  const auto started = std::chrono::steady_clock::now();
-  const auto program = gnsilu::detail::compile(request);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  r.summary = parse_report(program.log);
-  r.problems = problems_of(r.summary, {program.lowered_names.begin(), program.lowered_names.end()});
-  if (r.problems.empty() && remembers) {
-    if (auto problem = remember(cache_folder, key, r.summary)) r.cache_note = *problem;
-  }
-  return r;
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 }  // namespace
 
-TEST_CASE("every kernel variant compiles without spills for the architectures under test") {
+TEST_CASE("every kernel instantiation compiles without spills for the architectures under test") {
   const Selection selection = select_archs(std::getenv("GNSILU_TEST_ARCHS"), gnsilu::detail::supported_archs());
   REQUIRE_MESSAGE(selection.error.empty(), selection.error);
   REQUIRE_FALSE(selection.archs.empty());
   MESSAGE(selection.note);
-  const char* cache_env = std::getenv("GNSILU_COMPILE_PASS_CACHE");
-  const std::string cache_folder = cache_env == nullptr ? "" : cache_env;
   const std::vector<std::string> filter = kernel_filter(std::getenv("GNSILU_TEST_KERNELS"));
-  if (!filter.empty()) {
-    MESSAGE("GNSILU_TEST_KERNELS=" << std::string(std::getenv("GNSILU_TEST_KERNELS"))
-                                   << ": filtered, nothing remembered");
+  const std::string write_path = env("GNSILU_COMPILE_RECORD_WRITE");
+  REQUIRE_MESSAGE((write_path.empty() || (selection.all && filter.empty())),
+                  "GNSILU_COMPILE_RECORD_WRITE needs GNSILU_TEST_ARCHS=all and no GNSILU_TEST_KERNELS");
+  std::string error;
+  const auto sample = sample_size(env("GNSILU_COMPILE_SAMPLE"), selection.archs.size(), &error);
+  REQUIRE_MESSAGE(sample, error);
+  const std::string id = identity();
+
+  RunOptions options;
+  options.pass_cache = env("GNSILU_COMPILE_PASS_CACHE");
+  options.filtered = !filter.empty();
+  options.threads = std::max(1u, std::thread::hardware_concurrency());
+  options.sample = *sample;
+  const std::string seed_text = env("GNSILU_COMPILE_SAMPLE_SEED");
+  options.seed = seed_text.empty() ? (std::uint64_t{std::random_device{}()} << 32 | std::random_device{}())
+                                   : std::stoull(seed_text);
+  options.profile = env("GNSILU_COMPILE_PROFILE") == "1";
+  if (options.filtered)
+    MESSAGE("GNSILU_TEST_KERNELS=" << env("GNSILU_TEST_KERNELS") << ": filtered, nothing remembered");
+
+  // The record: read unless this run writes one or is filtered.
+  std::optional<Record> record;
+  std::string record_path = env("GNSILU_COMPILE_RECORD");
+  if (std::getenv("GNSILU_COMPILE_RECORD") == nullptr) record_path = GNSILU_COMPILE_RECORD_DEFAULT;
+  if (record_path == "none" || record_path.empty() || !write_path.empty() || options.filtered) {
+    MESSAGE("no record read" << std::string(write_path.empty() ? "" : " (this run writes one)"));
+  } else if (auto r = read_record(record_path, &error)) {
+    if (auto why = identity_difference(r->identity, id)) {
+      MESSAGE("the record " << record_path << " is not this tree's (" << *why
+                            << "): every job is compiled (remake it: bash tools/compile_all_archs.sh)");
+    } else {
+      record = std::move(r);
+      options.record = &*record;
+    }
+  } else {
+    MESSAGE("no record: " << error);
   }
 
   std::vector<Job> jobs;
-  for (int arch : selection.archs)
-    for (Layout layout : {Layout::ChannelsLast, Layout::ChannelsFirst})
-      for (Activation activation : {Activation::SiLU, Activation::None}) jobs.push_back({arch, layout, activation});
-  std::vector<std::optional<JobResult>> results(jobs.size());
-  std::vector<std::string> errors;
-  std::mutex mutex;
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> pool;
-  const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
-  const auto started = std::chrono::steady_clock::now();
-  for (unsigned w = 0; w < std::min<std::size_t>(workers, jobs.size()); ++w) {
-    pool.emplace_back([&] {
-      for (std::size_t i; (i = next++) < jobs.size();) {
-        try {
-          results[i] = run_job(jobs[i], cache_folder, filter);
-        } catch (const gnsilu::CompileError& e) {
-          std::lock_guard lock(mutex);
-          errors.push_back(jobs[i].label() + ": " + e.what() + "\noptions: " + e.options());
-        } catch (const std::exception& e) {
-          std::lock_guard lock(mutex);
-          errors.push_back(jobs[i].label() + ": " + e.what());
-        }
-      }
-    });
+  for (int arch : selection.archs) {
+    for (Job job : jobs_of(arch)) {
+      job.names = filtered_names(job, filter);
+      if (!job.names.empty()) jobs.push_back(std::move(job));
+    }
   }
-  for (auto& t : pool) t.join();
-  for (const auto& e : errors) FAIL_CHECK(e);
+  REQUIRE_MESSAGE(!jobs.empty(), "no kernel matches GNSILU_TEST_KERNELS");
+  const auto started = std::chrono::steady_clock::now();
+  const std::vector<Outcome> outcomes = run_jobs(jobs, id, options);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
+  std::size_t failures = 0;  // the record is written only when there are none
   std::map<int, Summary> by_arch;
-  std::size_t compiled = 0, from_cache = 0;
+  std::map<Outcome::Source, std::size_t> counts;
+  std::size_t kernels = 0;
+  double compile_seconds = 0, front_end_seconds = 0;  // summed over the compiled jobs
   for (std::size_t i = 0; i < jobs.size(); ++i) {
-    if (!results[i]) continue;
-    const JobResult& r = *results[i];
-    if (r.summary.empty() && !filter.empty()) {
-      MESSAGE(jobs[i].label() << ": no kernel matches GNSILU_TEST_KERNELS");
+    const Outcome& o = outcomes[i];
+    failures += o.problems.size() + (o.error.empty() ? 0 : 1);
+    if (!o.error.empty()) {
+      FAIL_CHECK(jobs[i].label() << ": " << o.error);
       continue;
     }
-    (r.from_cache ? from_cache : compiled)++;
-    int most = 0;
-    for (const auto& [name, k] : r.summary) most = std::max(most, k.registers);
-    MESSAGE(jobs[i].label() << ": " << r.summary.size() << " kernels, at most " << most << " registers, "
-                            << (r.from_cache ? std::string("a remembered pass") : std::to_string(r.seconds) + " s"));
-    if (!r.cache_note.empty()) MESSAGE("pass not remembered: " << r.cache_note);
-    CHECK(!r.summary.empty());
-    for (const auto& p : r.problems) FAIL_CHECK(jobs[i].label() << " " << p);
-    by_arch[jobs[i].arch].insert(r.summary.begin(), r.summary.end());
+    counts[o.source]++;
+    kernels += o.summary.size();
+    if (o.source == Outcome::Source::Compiled || o.source == Outcome::Source::Verified) {
+      int most = 0;
+      for (const auto& [name, k] : o.summary) most = std::max(most, k.registers);
+      std::string front_end;
+      if (options.profile) front_end = " (front end alone " + std::to_string(o.front_end_seconds) + " s)";
+      compile_seconds += o.seconds;
+      front_end_seconds += o.front_end_seconds;
+      MESSAGE(jobs[i].label() << ": " << o.summary.size() << " kernels, at most " << most << " registers, " << o.seconds
+                              << " s" << front_end << ", " << std::string(source_name(o.source)));
+    }
+    if (!o.cache_note.empty()) MESSAGE("pass not remembered: " << o.cache_note);
+    for (const auto& p : o.problems)
+      FAIL_CHECK(jobs[i].label() << " (" << std::string(source_name(o.source)) << ") " << p);
+    by_arch[jobs[i].arch].insert(o.summary.begin(), o.summary.end());
   }
-  MESSAGE(jobs.size() << " jobs on " << workers << " threads: " << compiled << " compiled, " << from_cache
-                      << " remembered (GNSILU_COMPILE_PASS_CACHE=" << (cache_folder.empty() ? "unset" : cache_folder)
-                      << "), "
-                      << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() << " s");
+  using S = Outcome::Source;
+  MESSAGE(jobs.size() << " jobs (" << kernels << " kernels) on " << options.threads << " threads in " << seconds
+                      << " s: " << counts[S::Compiled] << " compiled, " << counts[S::Remembered]
+                      << " remembered (GNSILU_COMPILE_PASS_CACHE="
+                      << (options.pass_cache.empty() ? "unset" : options.pass_cache) << "), "
+                      << counts[S::Recorded] + counts[S::Verified] << " from the record, " << counts[S::Verified]
+                      << " of them compiled again and equal (seed " << options.seed << "); " << compile_seconds
+                      << " s of compiles"
+                      << (options.profile ? ", front ends alone " + std::to_string(front_end_seconds) + " s" : ""));
+  if (record && counts[S::Recorded] + counts[S::Verified] > 0)
+    CHECK_MESSAGE(counts[S::Verified] > 0, "jobs were taken from the record without compiling any of them");
 
   // Siblings against their representative, where both were compiled.
-  for (const auto& c : kArchClasses) {
+  for (const auto& c : arch_classes()) {
     if (by_arch.count(c.representative) == 0) continue;
     const Summary& rep = by_arch[c.representative];
     for (int sibling : c.siblings) {
       if (by_arch.count(sibling) == 0) continue;
-      const Summary& sib = by_arch[sibling];
-      std::vector<std::string> differences;
-      for (const auto& [name, k] : rep) {
-        const auto it = sib.find(name);
-        if (it == sib.end()) {
-          differences.push_back(name + ": missing on sm_" + std::to_string(sibling));
-        } else if (!(it->second == k)) {
-          differences.push_back(name + ": sm_" + std::to_string(c.representative) + " " + text_of(k) + ", sm_" +
-                                std::to_string(sibling) + " " + text_of(it->second));
-        }
-      }
-      for (const auto& [name, k] : sib)
-        if (rep.count(name) == 0) differences.push_back(name + ": only on sm_" + std::to_string(sibling));
-      MESSAGE("sm_" << sibling << " against its class's sm_" << c.representative << ": " << differences.size()
-                    << " of " << rep.size() << " kernels differ");
-      for (std::size_t i = 0; i < std::min<std::size_t>(differences.size(), 20); ++i) FAIL_CHECK(differences[i]);
-      CHECK_MESSAGE(differences.empty(), "sm_" << sibling << " is not in sm_" << c.representative
-                                                << "'s ptxas class: change kArchClasses in tests/kernels/test_compile.cpp");
+      const auto diff = differences(rep, by_arch[sibling]);
+      failures += diff.size();
+      MESSAGE("sm_" << sibling << " against its class's sm_" << c.representative << ": " << diff.size() << " of "
+                    << rep.size() << " kernels differ");
+      for (std::size_t i = 0; i < std::min<std::size_t>(diff.size(), 20); ++i) FAIL_CHECK(diff[i]);
+      CHECK_MESSAGE(diff.empty(), "sm_" << sibling << " is not in sm_" << c.representative
+                                        << "'s ptxas class: change arch_classes() in tests/kernels/compile_guard.cpp");
+    }
+  }
+
+  if (!write_path.empty()) {
+    std::vector<Summary> summaries;
+    for (const auto& o : outcomes) summaries.push_back(o.summary);
+    if (failures == 0) {
+      const auto problem =
+          gnsilu::detail::write_file_atomically(write_path, record_text(id, selection.archs, jobs, summaries));
+      CHECK_MESSAGE(!problem, "the record " << write_path << " " << problem.value_or(""));
+      if (!problem) MESSAGE("the record of " << jobs.size() << " jobs is written to " << write_path);
+    } else {
+      MESSAGE("no record written: a job failed");
     }
   }
 }
@@ -457,9 +203,11 @@ TEST_CASE("GNSILU_TEST_ARCHS: the classes' representatives by default, 'all', a 
   const std::vector<int> offered = {52, 75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121};
   Selection s = select_archs(nullptr, offered);
   CHECK(s.error.empty());
+  CHECK_FALSE(s.all);
   CHECK(s.archs == std::vector<int>{75, 80, 86, 90, 100, 103, 110, 120});
   CHECK(select_archs("", offered).archs == s.archs);
   s = select_archs("all", offered);
+  CHECK(s.all);
   CHECK(s.archs == std::vector<int>{75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121});
   s = select_archs("100,90,90", offered);
   CHECK(s.error.empty());
@@ -478,10 +226,48 @@ TEST_CASE("GNSILU_TEST_ARCHS: the classes' representatives by default, 'all', a 
   CHECK_FALSE(select_archs(nullptr, {52, 70}).error.empty());
   // Every class is disjoint from every other.
   std::set<int> seen;
-  for (const auto& c : kArchClasses) {
+  for (const auto& c : arch_classes()) {
     CHECK(seen.insert(c.representative).second);
     for (int a : c.siblings) CHECK(seen.insert(a).second);
   }
+}
+
+TEST_CASE("the jobs hold every kernel of every variant, each distinct instantiation in exactly one job") {
+  const std::vector<Job> jobs = jobs_of(90);
+  std::set<std::string> wanted;
+  std::size_t per_variant = 0;
+  for (Layout layout : {Layout::ChannelsFirst, Layout::ChannelsLast})
+    for (Activation activation : {Activation::SiLU, Activation::None})
+      for (DType x : {DType::BF16, DType::FP16, DType::FP32})
+        for (DType y : {DType::BF16, DType::FP16, DType::FP32})
+          for (const auto& c : gnsilu::candidate_configs())
+            for (const auto& name : gnsilu::detail::kernel_names({x, y, c, layout, activation})) {
+              ++per_variant;
+              wanted.insert(name.substr(std::string("gnsilu::kernel::").size()));
+            }
+  std::set<std::string> held, labels;
+  std::size_t total = 0;
+  for (const Job& job : jobs) {
+    CHECK(job.arch == 90);
+    CHECK(labels.insert(job.label()).second);
+    for (const auto& name : job.names) {
+      ++total;
+      CHECK_MESSAGE(held.insert(name).second, name << " is in two jobs");
+      CHECK(job.fused == (name.rfind("fused<", 0) == 0));
+    }
+  }
+  CHECK(held == wanted);
+  CHECK(total == wanted.size());
+  CHECK(total < per_variant);  // shared instances (chunk_stats, finalize) once, not once a variant
+  // The statistics kernels, which do not depend on the activation, are in the SiLU jobs.
+  for (const Job& job : jobs) {
+    for (const auto& name : job.names) {
+      if (name.rfind("chunk_stats<", 0) == 0 || name.rfind("finalize<", 0) == 0)
+        CHECK(job.activation == Activation::SiLU);
+    }
+  }
+  CHECK(jobs_of(100).size() == jobs.size());
+  CHECK(jobs.front().label() == "sm_90 nchw bf16 silu split");
 }
 
 TEST_CASE("GNSILU_TEST_KERNELS: substrings of the kernels' name expressions; a job keeps the names that contain one") {
@@ -490,56 +276,51 @@ TEST_CASE("GNSILU_TEST_KERNELS: substrings of the kernels' name expressions; a j
   CHECK(kernel_filter(" ;; ").empty());
   CHECK(kernel_filter("fused<1,1,16,32,1,0> apply<").size() == 2);  // commas belong to the template arguments
   CHECK(kernel_filter("finalize;apply_padded").size() == 2);
-  const Job job{90, Layout::ChannelsLast, Activation::SiLU};
-  const auto all = job_names(job, {});
-  const auto finalize = job_names(job, {"finalize<"});
-  CHECK(finalize.size() == 3);  // one a dtype of x, whatever y and the configuration
-  for (const auto& name : finalize) CHECK(name.find("gnsilu::kernel::finalize<") == 0);
-  const auto two = job_names(job, {"apply_padded<1,1,1,0>", "finalize<3,1>"});
-  CHECK(two == std::vector<std::string>{"gnsilu::kernel::apply_padded<1,1,1,0>", "gnsilu::kernel::finalize<3,1>"});
-  CHECK(job_names(job, {"no such kernel"}).empty());
+  CHECK(kernel_filter("gnsilu::kernel::finalize<1,0>") == std::vector<std::string>{"finalize<1,0>"});
+  std::vector<std::string> finalize, all;
+  for (const Job& job : jobs_of(90)) {
+    for (const auto& n : filtered_names(job, {"finalize<"})) finalize.push_back(n);
+    for (const auto& n : filtered_names(job, {})) all.push_back(n);
+    CHECK(filtered_names(job, {"no such kernel"}).empty());
+  }
+  CHECK(finalize.size() == 6);  // one a dtype of x and a layout
   CHECK(all.size() > finalize.size());
 }
 
-TEST_CASE("the pass cache: a pass is read back only under the same key, and damaged files are ignored") {
+TEST_CASE("keys name what a verdict depends on, and the pass cache reads a pass back only under its key") {
   testing::TempDir dir("compile-pass");
   const std::string folder = dir.file("passes");
-  const Job job{90, Layout::ChannelsLast, Activation::SiLU};
-  const std::string key = job_key(job);
-  // The key names what the verdict depends on.
-  CHECK(key.find(gnsilu::detail::kKernelSourceHash) != std::string::npos);
-  CHECK(key.find("nvrtc " + gnsilu::detail::nvrtc_version()) != std::string::npos);
-  CHECK(key.find("--fmad=false") != std::string::npos);
+  const std::string id = identity();
+  CHECK(id.find(gnsilu::detail::kKernelSourceHash) != std::string::npos);
+  CHECK(id.find("nvrtc " + gnsilu::detail::nvrtc_version()) != std::string::npos);
+  CHECK(id.find(" sha256 ") != std::string::npos);
+  CHECK(id.find("unreadable") == std::string::npos);
+  CHECK(id.find("--fmad=false") != std::string::npos);
+  CHECK(id.find(kRules) != std::string::npos);
+  CHECK(id.find("--gpu-architecture") == std::string::npos);
+  const std::vector<Job> jobs = jobs_of(90);
+  const Job& job = jobs.at(3);
+  const std::string key = job_key(id, job);
   CHECK(key.find("--gpu-architecture=sm_90") != std::string::npos);
-  CHECK(key.find(kRules) != std::string::npos);
-  for (const auto& name : gnsilu::detail::kernel_names(variants_of(job).front())) CHECK(key.find(name) != std::string::npos);
-  // Every other job has another key.
-  CHECK(job_key({100, Layout::ChannelsLast, Activation::SiLU}) != key);
-  CHECK(job_key({90, Layout::ChannelsFirst, Activation::SiLU}) != key);
-  CHECK(job_key({90, Layout::ChannelsLast, Activation::None}) != key);
+  for (const auto& name : job.names) CHECK(key.find(" " + name) != std::string::npos);
+  std::set<std::string> keys;
+  for (const auto& j : jobs) CHECK(keys.insert(job_key(id, j)).second);
+  for (const auto& j : jobs_of(100)) CHECK(keys.insert(job_key(id, j)).second);
 
   CHECK_FALSE(remembered(folder, key));  // nothing yet (and no folder)
-  const Summary summary = {{"_Z1av", {40, 0, 0, 0}}, {"_Z1bv", {255, 0, 0, 0}}};
+  const Summary summary = {{job.names[0], {40, 0, 0, 0}}, {job.names[1], {255, 0, 0, 0}}};
   REQUIRE_FALSE(remember(folder, key, summary));
   const auto back = remembered(folder, key);
   REQUIRE(back);
   CHECK(*back == summary);
-  CHECK_FALSE(remembered(folder, job_key({100, Layout::ChannelsLast, Activation::SiLU})));
+  CHECK_FALSE(remembered(folder, job_key(id, jobs.at(4))));
 
   // The same file name under another key (a hash collision, or a file edited by hand): ignored.
-  const std::string path = key_file(folder, key);
-  std::string text;
-  {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    text = s.str();
-  }
-  auto rewrite = [&](const std::string& contents) {
-    std::ofstream(path, std::ios::trunc) << contents;
-  };
+  const std::string path = pass_file(folder, key);
+  const std::string text = read_file(path);
+  auto rewrite = [&](const std::string& contents) { std::ofstream(path, std::ios::trunc) << contents; };
   std::string other = text;
-  other.replace(other.find("arch 90"), 7, "arch 91");
+  other.replace(other.find("sm_90\n"), 6, "sm_91\n");
   rewrite(other);
   CHECK_FALSE(remembered(folder, key));
   rewrite(text.substr(0, text.size() - 5));  // cut inside the summary
@@ -548,6 +329,102 @@ TEST_CASE("the pass cache: a pass is read back only under the same key, and dama
   CHECK_FALSE(remembered(folder, key));
   rewrite(text);
   CHECK(remembered(folder, key));
+}
+
+TEST_CASE("the record: read back as written, found only for a job with the same names, damage named") {
+  testing::TempDir dir("compile-record");
+  const std::string id = "rules x\nsources sha256 abc\nnvrtc 13.0, libnvrtc.so.13 sha256 def\noptions --fmad=false\n";
+  std::vector<Job> jobs = jobs_of(75);
+  jobs.resize(2);
+  std::vector<Summary> summaries;
+  for (const Job& job : jobs) {
+    Summary s;
+    int r = 30;
+    for (const auto& name : job.names) s[name] = {r++, 0, 0, 0};
+    summaries.push_back(s);
+  }
+  const std::string path = dir.file("record.txt");
+  std::ofstream(path) << record_text(id, {75, 80}, jobs, summaries);
+  std::string error;
+  const auto record = read_record(path, &error);
+  REQUIRE_MESSAGE(record, error);
+  CHECK(record->identity == id);
+  CHECK(record->archs == std::vector<int>{75, 80});
+  REQUIRE(record->jobs.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const Summary* s = record->find(jobs[i]);
+    REQUIRE(s != nullptr);
+    CHECK(*s == summaries[i]);
+    CHECK(record->jobs[i].names == jobs[i].names);
+  }
+  Job fewer = jobs[0];
+  fewer.names.pop_back();  // a job whose kernels changed (a candidate configuration more or less)
+  CHECK(record->find(fewer) == nullptr);
+  Job elsewhere = jobs[0];
+  elsewhere.arch = 80;
+  CHECK(record->find(elsewhere) == nullptr);
+  CHECK(record->find(jobs_of(75).at(2)) == nullptr);  // not recorded
+
+  CHECK_FALSE(identity_difference(record->identity, id));
+  const auto why = identity_difference(record->identity, "rules x\nsources sha256 abd\n");
+  REQUIRE(why);
+  CHECK(why->find("recorded 'sources sha256 abc', this tree 'sources sha256 abd'") != std::string::npos);
+
+  auto damaged = [&](const std::string& text) {
+    std::ofstream(path, std::ios::trunc) << text;
+    std::string e;
+    CHECK_FALSE(read_record(path, &e));
+    CHECK(!e.empty());
+    return e;
+  };
+  CHECK(damaged("identity\nrules x\n").find("no identity block") != std::string::npos);
+  CHECK(damaged("job sm_75 x\n").find("expected 'identity'") != std::string::npos);
+  CHECK(damaged("identity\nend identity\njob sm_75 x\napply<1> 40 0 0\n").find(":4: not a record line") !=
+        std::string::npos);
+  CHECK(damaged("identity\nend identity\njob sm_75 x\napply<1> 40 0 0 0\napply<1> 40 0 0 0\n").find("twice") !=
+        std::string::npos);
+  CHECK(damaged("identity\nend identity\njob sm_x\n").find("without an architecture") != std::string::npos);
+  CHECK(read_record(dir.file("missing"), &error) == std::nullopt);
+  CHECK(error.find("cannot be read") != std::string::npos);
+}
+
+TEST_CASE("the sample: one job an architecture at least, then at random up to the count; the same for the same seed") {
+  std::vector<Job> jobs;
+  for (int arch : {75, 90, 100})
+    for (const Job& j : jobs_of(arch)) jobs.push_back(j);
+  for (std::uint64_t seed : {1u, 2u, 3u, 99u}) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{7}}) {
+      const auto chosen = choose_sample(jobs, count, seed);
+      CHECK(chosen.size() == std::max<std::size_t>(count, 3));
+      std::set<int> archs;
+      std::set<std::size_t> distinct(chosen.begin(), chosen.end());
+      CHECK(distinct.size() == chosen.size());
+      for (std::size_t i : chosen) archs.insert(jobs.at(i).arch);
+      CHECK(archs == std::set<int>{75, 90, 100});
+      CHECK(choose_sample(jobs, count, seed) == chosen);
+    }
+  }
+  std::set<std::vector<std::size_t>> picks;
+  for (std::uint64_t seed = 0; seed < 20; ++seed) picks.insert(choose_sample(jobs, 5, seed));
+  CHECK(picks.size() > 10);  // seeds choose differently (20 draws of 5 from 72 jobs)
+  CHECK(choose_sample(jobs, 1000, 5).size() == jobs.size());
+  CHECK(choose_sample({}, 4, 5).empty());
+}
+
+TEST_CASE("differences: every kernel whose recorded and compiled reports differ, and kernels on one side only") {
+  const Summary recorded = {{"a<1>", {40, 0, 0, 0}}, {"b<1>", {128, 0, 0, 0}}, {"c<1>", {64, 0, 0, 0}}};
+  Summary compiled = recorded;
+  CHECK(differences(recorded, compiled).empty());
+  compiled["b<1>"] = {128, 16, 8, 4};
+  compiled.erase("c<1>");
+  compiled["d<1>"] = {32, 0, 0, 0};
+  const auto d = differences(recorded, compiled);
+  REQUIRE(d.size() == 3);
+  CHECK(d[0] ==
+        "b<1>: recorded 128 registers, 0 bytes stack, 0/0 bytes spilled (stores/loads), compiled 128 "
+        "registers, 16 bytes stack, 8/4 bytes spilled (stores/loads)");
+  CHECK(d[1].find("c<1>: recorded") == 0);
+  CHECK(d[2].find("d<1>: compiled") == 0);
 }
 
 TEST_CASE("ptxas' report is read per kernel, and the rules find spills, stack frames and missing kernels") {
@@ -569,9 +446,114 @@ TEST_CASE("ptxas' report is read per kernel, and the rules find spills, stack fr
   REQUIRE(problems.size() == 2);
   CHECK(problems[0] == "_Z1cv: no ptxas report");
   CHECK(problems[1].find("_Z1bv: 255 registers, 16 bytes stack") == 0);
+  CHECK(problems_of(s, {"_Z1av"}).at(0) == "_Z1bv: reported, but not a kernel asked for");
   CHECK(problems_of(parse_report(log.substr(0, log.find("ptxas info    : Compiling entry function '_Z1bv'"))),
                     {"_Z1av"})
             .empty());
+}
+
+// The run itself on two small real jobs (one kernel each, seconds to compile): a record made from compiles is taken
+// with its sample compiled again; a record that lies about one kernel fails where that job is compiled again; a job
+// the record does not hold is compiled; a pass remembered here is used without compiling.
+TEST_CASE("a run: compiled, remembered, recorded and compiled again; a record that differs from NVRTC fails") {
+  testing::TempDir dir("compile-run");
+  Job a{75, Layout::ChannelsFirst, DType::BF16, Activation::SiLU, false, {"finalize<1,0>"}};
+  Job b{90, Layout::ChannelsFirst, DType::BF16, Activation::SiLU, false, {"apply_padded<1,1,0,0>"}};
+  const std::vector<Job> jobs = {a, b};
+  const std::string id = identity();
+  RunOptions options;
+  options.threads = 2;
+  options.sample = 1;
+  using S = Outcome::Source;
+
+  auto first = run_jobs(jobs, id, options);  // no record, no pass cache: both compiled
+  for (const auto& o : first) {
+    CHECK(o.source == S::Compiled);
+    CHECK(o.error.empty());
+    CHECK(o.problems.empty());
+    REQUIRE(o.summary.size() == 1);
+  }
+  const std::string path = dir.file("record.txt");
+  std::ofstream(path) << record_text(id, {75, 90}, jobs, {first[0].summary, first[1].summary});
+  std::string error;
+  auto record = read_record(path, &error);
+  REQUIRE_MESSAGE(record, error);
+  options.record = &*record;
+  auto second = run_jobs(jobs, id, options);  // one job an architecture: both compiled again and equal
+  for (const auto& o : second) {
+    CHECK(o.source == S::Verified);
+    CHECK(o.problems.empty());
+  }
+
+  // A record whose registers for sm_90's kernel are one off: the compile disagrees, and the run says where.
+  Summary forged = first[1].summary;
+  forged.begin()->second.registers += 1;
+  std::ofstream(path, std::ios::trunc) << record_text(id, {75, 90}, jobs, {first[0].summary, forged});
+  record = read_record(path, &error);
+  REQUIRE(record);
+  options.record = &*record;
+  auto third = run_jobs(jobs, id, options);
+  CHECK(third[1].source == S::Verified);
+  REQUIRE(third[1].problems.size() == 1);
+  CHECK(third[1].problems[0].find("differs from the record: apply_padded<1,1,0,0>: recorded ") == 0);
+  // A recorded spill fails whether or not that job is compiled again: sm_75 has two recorded jobs, one of them
+  // compiled again; a job the record does not hold is compiled.
+  Job c{75, Layout::ChannelsFirst, DType::BF16, Activation::None, false, {"apply_padded<1,1,0,1>"}};
+  Job d{90, Layout::ChannelsFirst, DType::BF16, Activation::None, false, {"apply_padded<1,1,0,1>"}};
+  const Compiled c_compiled = compile_names(c.arch, c.names);
+  Summary spilled = first[0].summary;
+  spilled.begin()->second.spill_stores = 8;
+  std::ofstream(path, std::ios::trunc) << record_text(id, {75, 90}, {a, b, c},
+                                                      {spilled, first[1].summary, c_compiled.summary});
+  record = read_record(path, &error);
+  REQUIRE(record);
+  options.record = &*record;
+  options.sample = 0;  // still one an architecture
+  for (std::uint64_t seed : {1u, 2u, 3u, 4u}) {
+    options.seed = seed;
+    auto fourth = run_jobs({a, b, c, d}, id, options);
+    CHECK(fourth[3].source == S::Compiled);
+    CHECK(fourth[3].problems.empty());
+    CHECK(((fourth[0].source == S::Verified) != (fourth[2].source == S::Verified)));
+    CHECK(fourth[1].source == S::Verified);
+    CHECK_FALSE(fourth[0].problems.empty());  // recorded as spilled, or compiled again and then not equal
+    CHECK(fourth[2].problems.empty());
+  }
+
+  // The pass cache: passes compiled here are remembered and used before any record.
+  options.pass_cache = dir.file("passes");
+  options.record = nullptr;
+  auto fifth = run_jobs(jobs, id, options);
+  CHECK(fifth[0].source == S::Compiled);
+  CHECK(fifth[0].cache_note.empty());
+  auto sixth = run_jobs(jobs, id, options);
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    CHECK(sixth[i].source == S::Remembered);
+    CHECK(sixth[i].summary == first[i].summary);
+  }
+  // Filtered runs read and remember nothing.
+  options.filtered = true;
+  CHECK(run_jobs(jobs, id, options)[0].source == S::Compiled);
+}
+
+TEST_CASE("SHA-256 of known inputs") {
+  auto sha = [](const std::string& s) {
+    testing::Sha256 h;
+    h.add(s);
+    return h.hex();
+  };
+  CHECK(sha("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(sha("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(sha("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  testing::Sha256 million;
+  const std::string a(1000, 'a');
+  for (int i = 0; i < 1000; ++i) million.add(a);
+  CHECK(million.hex() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  testing::TempDir dir("sha");
+  std::ofstream(dir.file("f")) << "abc";
+  CHECK(testing::sha256_of_file(dir.file("f")) == sha("abc"));
+  CHECK_FALSE(testing::sha256_of_file(dir.file("missing")));
 }
 
 TEST_CASE("a compile error carries NVRTC's log and options") {
