@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <SQLiteCpp/SQLiteCpp.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <sys/stat.h>
 
 #include <algorithm>

@@ -2,26 +2,18 @@
 // permissions of a new cache file and folder.
 #include "cache/cache_support.hpp"
 
-// The library's log lines while it lives (an extra sink on gnsilu's logger).
+// The library's log lines while it lives.
 class CapturedLog {
  public:
-  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
-    gnsilu::detail::logger().sinks().push_back(sink_);
-  }
-  ~CapturedLog() {
-    auto& sinks = gnsilu::detail::logger().sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
   int count(const std::string& text) const {
     int n = 0;
-    const std::string all = out_.str();
+    const std::string all = capture_.text();
     for (auto at = all.find(text); at != std::string::npos; at = all.find(text, at + 1)) ++n;
     return n;
   }
 
  private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+  gnsilu::detail::LogCapture capture_;
 };
 
 const KernelKey kKernel{90, "v", "bf16-bf16-e16-w8-s1-nchw-silu"};
