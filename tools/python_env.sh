@@ -6,11 +6,16 @@
 #
 #   bash tools/python_env.sh            make or check it; says how long it took
 #   bash tools/python_env.sh --print    print its python (after making it if needed), and nothing else on stdout
+#   bash tools/python_env.sh --path     print where its python is or will be, and do nothing else
 set -euo pipefail
 cd "$(dirname "$0")/.."
 env_dir=${GNSILU_PYTHON_ENV:-$HOME/.cache/gnsilu/python-env}
 requirements=$PWD/tools/requirements-test.txt
 python=$env_dir/bin/python
+if [ "${1:-}" = --path ]; then
+  echo "$python"
+  exit 0
+fi
 want=$(sha256sum "$requirements" | cut -d' ' -f1)
 stamp=$env_dir/.gnsilu-requirements
 if [ ! -x "$python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
