@@ -494,7 +494,7 @@ const char* source_name(Outcome::Source s) {
     case Outcome::Source::Compiled: return "compiled";
     case Outcome::Source::Remembered: return "remembered";
     case Outcome::Source::Recorded: return "recorded";
-    case Outcome::Source::Verified: return "recorded, compiled again and equal";
+    case Outcome::Source::Verified: return "recorded and compiled again";
   }
   return "?";
 }

@@ -144,6 +144,7 @@ struct RunOptions {
   bool profile = false;   // GNSILU_COMPILE_PROFILE: time each compiled job's front end apart as well
 };
 struct Outcome {
+  // Verified: taken from the record and compiled again (its problems say where the two differ)
   enum class Source { Compiled, Remembered, Recorded, Verified } source = Source::Compiled;
   Summary summary;                    // the job's reports, whatever their source
   std::vector<std::string> problems;  // broken rules, and for a verified job every difference from the record
