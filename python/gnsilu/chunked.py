@@ -20,8 +20,14 @@ swapped GroupNormSiLU pairs (gnsilu.torch.swap_group_norm_silu) and which has no
 downsampling: its GroupNormSiLUs take their records over the whole input (gnsilu.group_stats) and normalize only
 the rows each convolution slab reads (gnsilu.group_norm_apply, the whole call's bits), so the normalized tensors,
 as large as the block's input, never exist whole (a conv1 whose bias the swap moved into norm2 adds it itself in
-its slabs). A module runs whole when its output (a block: its input) is below max_bytes or its configuration is not
-one of these.
+its slabs); HunyuanVideoResnetBlockCausal3D the same way, each slab of normalized rows padded as its causal
+convolution pads (replicate: the normalized tensor's edge rows, the first frame). A module runs whole when its output
+(a block: its input) is below max_bytes or its configuration is not one of these.
+
+HunyuanVideoMidBlock3D's attention runs frame by frame (_frame_causal_attention): the causal mask it builds lets each
+frame's queries see the keys of every frame up to its own, so each frame attends to that prefix of the keys with no
+mask at all, and the dense mask (tokens x tokens: 6 GiB at 33x480x832, 120 GB at 720x1280 x 65 frames) is never made;
+equal to the masked attention within rounding.
 """
 import contextlib
 import functools
@@ -122,14 +128,15 @@ def _conv_forward(conv, max_bytes, original, x):
                     lambda: original(x))
 
 
-def _causal_rows(module, x, lo, hi):
-    """HunyuanVideoCausalConv3d over rows [lo, hi) of x's height as the module pads it (replicate)."""
+def _causal_rows(module, x, lo, hi, convolve=None):
+    """HunyuanVideoCausalConv3d over rows [lo, hi) of x's height as the module pads it (replicate): its inner
+    convolution module, or convolve(module, padded rows)."""
     pw, _, ph, _, pt, pt_back = module.time_causal_padding
     h = x.shape[-2]
     start, stop = max(lo, 0), min(hi, h)
     slab = x[..., start:stop, :]
     slab = F.pad(slab, (pw, pw, start - lo, hi - stop, pt, pt_back), mode=module.pad_mode)
-    return module.conv(slab)
+    return module.conv(slab) if convolve is None else convolve(module, slab)
 
 
 def _causal_plain(module):
@@ -294,6 +301,146 @@ def _resnet_forward(block, max_bytes, original, input_tensor, temb=None, *args, 
     return _slabbed(x, hidden.shape[-2] + 2 * ph2 - reach2, produce, max_bytes, None)
 
 
+def _causal_slab(causal, rows):
+    """A causal convolution (HunyuanVideoCausalConv3d, or the PaddedInputConv standing for one) over rows that already
+    hold its padding: its inner convolution's weights (F.conv3d), not that module's forward."""
+    return _conv_slab(causal.conv, rows)
+
+
+def _normalized_causal_rows(t, stats, norm, causal, lo, hi):
+    """silu(group_norm(t)) of t's rows [lo, hi), as `causal` pads its input: the rows in range normalized with the
+    whole tensor's records (the whole call's bits), then padded as the module pads (its mode: the edge rows of the
+    normalized tensor where the slab reaches past them, the first frame before it in time, the width's border)."""
+    from . import _api
+    pw, _, _, _, pt, pt_back = causal.time_causal_padding
+    start, stop = max(lo, 0), min(hi, t.shape[-2])
+    y = _api.group_norm_apply(t[..., start:stop, :], stats, norm.weight, norm.bias, norm.eps, "silu")
+    return F.pad(y, (pw, pw, start - lo, hi - stop, pt, pt_back), mode=causal.pad_mode)
+
+
+def _causal_like(module):
+    """A HunyuanVideoCausalConv3d that slabs can run (or the PaddedInputConv standing for one)."""
+    from .torch import PaddedInputConv
+    if isinstance(module, PaddedInputConv):
+        return _padded_input_plain(module)
+    return type(module).__name__ == "HunyuanVideoCausalConv3d" and _causal_plain(module)
+
+
+def _hunyuan_resnet_plain(block):
+    """Whether block (diffusers' HunyuanVideoResnetBlockCausal3D) is one whose every step slabs can run: both norms
+    swapped GroupNormSiLU pairs with the block's own SiLU (so each norm's output goes straight into the causal
+    convolution after it), plain causal convolutions."""
+    from .torch import GroupNormSiLU
+    norms = (block.norm1, block.norm2)
+    return (isinstance(block.dropout, nn.Dropout)
+            and all(isinstance(n, GroupNormSiLU) and any(a is block.nonlinearity for a in getattr(n, "_gnsilu_acts", ()))
+                    for n in norms)
+            and _causal_like(block.conv1) and _causal_like(block.conv2)
+            and (block.conv_shortcut is None or _causal_like(block.conv_shortcut)))
+
+
+def _hunyuan_resnet_forward(block, max_bytes, original, hidden_states):
+    """HunyuanVideoResnetBlockCausal3D.forward with no whole normalized tensor, as _resnet_forward for 2-D blocks:
+    each norm's records over its whole input, then conv1 and conv2 in slabs of rows whose input rows are normalized
+    and padded there; the shortcut and the sum slab by slab. Holds x, conv1's output and the output."""
+    from . import _api
+    from . import torch as gnsilu_torch
+    x = hidden_states
+    if _whole(x) or (block.dropout.training and block.dropout.p > 0) or x.numel() * x.element_size() <= max_bytes \
+            or torch.is_autocast_enabled(x.device.type) or gnsilu_torch._is_compiling():
+        return original(hidden_states)
+    x = x.contiguous()  # as the block's forward makes it
+    if not gnsilu_torch._gnsilu_takes(block.norm1, x):
+        return original(hidden_states)
+    conv1, conv2, shortcut = block.conv1, block.conv2, block.conv_shortcut
+
+    def reach(causal):
+        return causal.time_causal_padding[2], causal.conv.dilation[-2] * (causal.conv.kernel_size[-2] - 1)
+
+    ph1, reach1 = reach(conv1)
+    stats1 = _api.group_stats(x, block.norm1.num_groups)
+    hidden = _slabbed(x, x.shape[-2] + 2 * ph1 - reach1, lambda r0, r1: _causal_slab(
+        conv1, _normalized_causal_rows(x, stats1, block.norm1, conv1, r0 - ph1, r1 - ph1 + reach1)), max_bytes, None)
+    if not gnsilu_torch._gnsilu_takes(block.norm2, hidden):
+        raise RuntimeError(f"gnsilu.chunked: {type(block).__name__}.norm2 would not run on gnsilu for conv1's output "
+                           f"({hidden.dtype}, strides {hidden.stride()})")
+    stats2 = _api.group_stats(hidden, block.norm2.num_groups)
+    ph2, reach2 = reach(conv2)
+
+    def produce(r0, r1):
+        h = _causal_slab(conv2, _normalized_causal_rows(hidden, stats2, block.norm2, conv2, r0 - ph2, r1 - ph2 + reach2))
+        if shortcut is None:
+            residual = x[..., r0:r1, :]
+        else:
+            ps, reach_s = reach(shortcut)
+            residual = _causal_rows(shortcut, x, r0 - ps, r1 - ps + reach_s, _causal_slab)
+        return h + residual
+
+    return _slabbed(x, hidden.shape[-2] + 2 * ph2 - reach2, produce, max_bytes, None)
+
+
+# ---- HunyuanVideo's mid-block attention without its dense mask ------------------------------------------------------
+def _frame_attention_plain(attn):
+    """Whether attn (diffusers' Attention in HunyuanVideoMidBlock3D) computes what _frame_causal_attention does:
+    AttnProcessor2_0's self-attention with its group norm and residual, no other norms."""
+    try:
+        from diffusers.models.attention_processor import AttnProcessor2_0
+    except ImportError:
+        return False
+    return (type(attn.processor) is AttnProcessor2_0 and attn.spatial_norm is None and attn.norm_q is None
+            and attn.norm_k is None and not attn.is_cross_attention and isinstance(attn.to_out[0], nn.Linear))
+
+
+def _frame_causal_attention(attn, tokens, frames):
+    """attn(tokens, attention_mask=prepare_causal_attention_mask(frames, ...)) for tokens (B, frames x per frame, C),
+    frame-major: what HunyuanVideoMidBlock3D computes, without the dense mask (B x N x N: 6 GiB at 33x480x832). The
+    mask lets a query of frame f see every key of frames 0 to f, so each frame's queries attend to that prefix of the
+    keys with no mask (one scaled_dot_product_attention a frame, which may then take a kernel that holds no score
+    matrix). Equal to the masked attention within rounding (the same terms; -inf terms add exp(-inf) = 0)."""
+    batch, count, _ = tokens.shape
+    per_frame = count // frames
+    residual = tokens
+    normed = tokens if attn.group_norm is None else attn.group_norm(tokens.transpose(1, 2)).transpose(1, 2)
+    key, value = attn.to_k(normed), attn.to_v(normed)
+    heads = attn.heads
+    head_dim = key.shape[-1] // heads
+    key = key.view(batch, -1, heads, head_dim).transpose(1, 2)
+    value = value.view(batch, -1, heads, head_dim).transpose(1, 2)
+    out = None
+    for f in range(frames):
+        lo, hi = f * per_frame, (f + 1) * per_frame
+        query = attn.to_q(normed[:, lo:hi]).view(batch, -1, heads, head_dim).transpose(1, 2)
+        part = F.scaled_dot_product_attention(query, key[:, :, :hi], value[:, :, :hi], dropout_p=0.0, is_causal=False)
+        if out is None:
+            out = part.new_empty((batch, heads, count, head_dim))
+        out[:, :, lo:hi] = part
+    hidden = out.transpose(1, 2).reshape(batch, -1, heads * head_dim).to(query.dtype)
+    hidden = attn.to_out[1](attn.to_out[0](hidden))
+    if attn.residual_connection:
+        hidden = hidden + residual
+    return hidden / attn.rescale_output_factor
+
+
+def _hunyuan_mid_plain(block):
+    return all(a is None or _frame_attention_plain(a) for a in block.attentions)
+
+
+def _hunyuan_mid_forward(block, max_bytes, original, hidden_states):
+    """HunyuanVideoMidBlock3D.forward with its attentions frame by frame (_frame_causal_attention): no causal mask is
+    made. Its resnets run as they are (their own forwards: slabs() may take them too)."""
+    if torch.is_grad_enabled() and (block.gradient_checkpointing or hidden_states.requires_grad):
+        return original(hidden_states)
+    hidden_states = block.resnets[0](hidden_states)
+    for attn, resnet in zip(block.attentions, block.resnets[1:]):
+        if attn is not None:
+            batch, channels, frames, height, width = hidden_states.shape
+            tokens = hidden_states.permute(0, 2, 3, 4, 1).flatten(1, 3)
+            tokens = _frame_causal_attention(attn, tokens, frames)
+            hidden_states = tokens.unflatten(1, (frames, height, width)).permute(0, 4, 1, 2, 3)
+        hidden_states = resnet(hidden_states)
+    return hidden_states
+
+
 def _kinds():
     """(class, plain(module), forward, submodules taken too) for each module kind slabs take; diffusers' kinds when
     it is installed. A kind whose slabs call its submodules on small inputs (an upsampler's convolution) leaves
@@ -312,7 +459,11 @@ def _kinds():
         pass
     try:
         from diffusers.models.autoencoders.autoencoder_kl_hunyuan_video import (HunyuanVideoCausalConv3d,
+                                                                                 HunyuanVideoMidBlock3D,
+                                                                                 HunyuanVideoResnetBlockCausal3D,
                                                                                  HunyuanVideoUpsampleCausal3D)
+        kinds.append((HunyuanVideoMidBlock3D, _hunyuan_mid_plain, _hunyuan_mid_forward, True))
+        kinds.append((HunyuanVideoResnetBlockCausal3D, _hunyuan_resnet_plain, _hunyuan_resnet_forward, True))
         kinds.append((HunyuanVideoUpsampleCausal3D, _hunyuan_upsample_plain, _hunyuan_upsample_forward, False))
         kinds.append((HunyuanVideoCausalConv3d, _causal_plain, _causal_forward, False))
     except ImportError:

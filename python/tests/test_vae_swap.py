@@ -760,6 +760,104 @@ def test_slabs_resnet_blocks_without_whole_norm_outputs():
 
 
 # ---- a decode split by rows across ranks (gnsilu.split): two or three gloo processes against one ------------------
+def _hunyuan_config():
+    return dict(block_out_channels=(32, 64), down_block_types=("HunyuanVideoDownBlock3D",) * 2,
+                up_block_types=("HunyuanVideoUpBlock3D",) * 2, layers_per_block=1, norm_num_groups=8,
+                latent_channels=4, spatial_compression_ratio=2, temporal_compression_ratio=4)
+
+
+def test_frame_causal_attention_without_the_mask():
+    """HunyuanVideoMidBlock3D under slabs(): its attention runs frame by frame (each frame's queries against the keys of
+    the frames up to it) and never builds the dense causal mask; the output equals the block's own within FP64
+    rounding, for one and several heads, one and two samples, one and several frames."""
+    require()
+    from unittest import mock
+    from diffusers.models.autoencoders import autoencoder_kl_hunyuan_video as hv
+    import gnsilu.chunked as gc
+    with one_thread(), torch.no_grad():
+        for head_dim, batch, frames in ((64, 1, 3), (16, 2, 3), (64, 2, 1), (32, 1, 5)):
+            torch.manual_seed(0)
+            block = hv.HunyuanVideoMidBlock3D(64, resnet_groups=8, attention_head_dim=head_dim).eval().double()
+            assert gc.slab_rows(block), "the mid block is not taken"
+            x = torch.randn(batch, 64, frames, 4, 5, dtype=torch.float64) * 3 + 1
+            whole = block(x)
+            with mock.patch.object(hv, "prepare_causal_attention_mask", side_effect=AssertionError("a mask was made")), \
+                    gc.slabs(block, max_bytes=1 << 30):
+                framed = block(x)
+            assert "forward" not in vars(block), "slabs() left a forward behind"
+            error = _relative_l2(framed, whole)
+            assert error < 1e-13, f"heads {64 // head_dim}, batch {batch}, frames {frames}: relative L2 {error:.3g}"
+            # A causal mask that let a frame see the next one would not be caught by the whole output alone if the
+            # last frame dominated: each frame's output is compared too.
+            for f in range(frames):
+                assert _relative_l2(framed[:, :, f], whole[:, :, f]) < 1e-13, f"frame {f}"
+
+
+def test_slabs_hunyuan_resnet_blocks_without_whole_norm_outputs():
+    """A swapped AutoencoderKLHunyuanVideo: its HunyuanVideoResnetBlockCausal3Ds run conv1 and conv2 in slabs whose
+    input rows are normalized with the whole tensor's records and padded as the causal convolution pads (replicate:
+    the normalized tensor's edge rows, the first frame), so no whole normalized tensor is made. On the CPU with
+    gnsilu's CPU reference for the norms (whole and padded) and PyTorch's native convolutions, each block's output
+    has the block's bits, with and without a shortcut convolution; the decode in slabs is within FP32 rounding of the
+    whole decode."""
+    require()
+    from unittest import mock
+    import gnsilu
+    import gnsilu.chunked as gc
+
+    def reference_op(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None,
+                     input_bias=None):
+        assert input_bias is None
+        return gnsilu.group_norm_apply(x, gnsilu.group_stats(x, num_groups), weight, bias, eps, activation)
+
+    def reference_padded(x, num_groups, weight, bias, eps, activation, pad, pad_mode, pad_value, out_dtype=None,
+                         input_bias=None):
+        y = reference_op(x, num_groups, weight, bias, eps, activation, out_dtype, input_bias)
+        return F.pad(y, pad, mode=pad_mode) if pad_mode == "replicate" else F.pad(y, pad, value=pad_value)
+
+    with one_thread(), _native_convolutions(), mock.patch.object(gt, "_DEVICE_TYPES", ("cpu",)), \
+            mock.patch.object(gt, "_op_implementation", reference_op), \
+            mock.patch.object(gt, "_padded_implementation", reference_padded), torch.no_grad():
+        torch.manual_seed(0)
+        vae = vae_class("AutoencoderKLHunyuanVideo")(**_hunyuan_config()).eval()
+        assert gt.swap_group_norm_silu(vae) > 0
+        resnets = [m for m in vae.decoder.modules() if type(m).__name__ == "HunyuanVideoResnetBlockCausal3D"]
+        assert resnets and all(gc.slab_rows(m) for m in resnets), "the swapped resnet blocks are not taken"
+        assert any(m.conv_shortcut is not None for m in resnets) and any(m.conv_shortcut is None for m in resnets)
+        for block in resnets:
+            x = torch.randn(1, block.norm1.num_channels, 3, 12, 7) * 2 + 1
+            whole = block(x)
+            stats_calls = [0]
+            group_stats = gnsilu._api.group_stats
+
+            def counted_stats(*args, **kwargs):
+                stats_calls[0] += 1
+                return group_stats(*args, **kwargs)
+            out_channels = block.conv2.conv.out_channels
+            with mock.patch.object(gnsilu._api, "group_stats", counted_stats), \
+                    gc.slabs(block, max_bytes=4 * out_channels * 3 * x.shape[-1] * 4):  # 4 rows a slab
+                sliced = block(x)
+            assert stats_calls[0] == 2, f"the block's slab path did not run ({stats_calls[0]} group_stats)"
+            assert "forward" not in vars(block), "slabs() left a forward behind"
+            assert torch.equal(sliced, whole), \
+                f"shortcut {block.conv_shortcut is not None}: relative L2 {_relative_l2(sliced, whole):.3g}"
+        latent = randn(1, 4, 2, 9, 8)
+        whole = vae.decode(latent).sample
+        ran = [0]
+        forward = gc._hunyuan_resnet_forward
+
+        def counted(*args, **kwargs):
+            ran[0] += 1
+            return forward(*args, **kwargs)
+        with mock.patch.object(gc, "_hunyuan_resnet_forward", counted), gc.slabs(vae.decoder, max_bytes=2048):
+            sliced = vae.decode(latent).sample
+        assert ran[0] == len(resnets), (ran, len(resnets))
+        error = _relative_l2(sliced, whole)
+        assert error < 1e-5, f"the decode in slabs against the whole one: relative L2 {error:.3g}"
+        print(f"  HunyuanVideo resnet blocks in slabs: {len(resnets)} blocks with their bits; the decode within "
+              f"{error:.1e}")
+
+
 def _relative_l2(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
