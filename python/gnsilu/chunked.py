@@ -333,8 +333,8 @@ def _hunyuan_resnet_plain(block):
     from .torch import GroupNormSiLU
     norms = (block.norm1, block.norm2)
     return (isinstance(block.dropout, nn.Dropout)
-            and all(isinstance(n, GroupNormSiLU) and any(a is block.nonlinearity for a in getattr(n, "_gnsilu_acts", ()))
-                    for n in norms)
+            and all(isinstance(n, GroupNormSiLU)
+                    and any(a is block.nonlinearity for a in getattr(n, "_gnsilu_acts", ())) for n in norms)
             and _causal_like(block.conv1) and _causal_like(block.conv2)
             and (block.conv_shortcut is None or _causal_like(block.conv_shortcut)))
 
@@ -368,7 +368,8 @@ def _hunyuan_resnet_forward(block, max_bytes, original, hidden_states):
     ph2, reach2 = reach(conv2)
 
     def produce(r0, r1):
-        h = _causal_slab(conv2, _normalized_causal_rows(hidden, stats2, block.norm2, conv2, r0 - ph2, r1 - ph2 + reach2))
+        h = _causal_slab(conv2, _normalized_causal_rows(hidden, stats2, block.norm2, conv2, r0 - ph2,
+                                                        r1 - ph2 + reach2))
         if shortcut is None:
             residual = x[..., r0:r1, :]
         else:

@@ -781,7 +781,9 @@ def test_frame_causal_attention_without_the_mask():
             assert gc.slab_rows(block), "the mid block is not taken"
             x = torch.randn(batch, 64, frames, 4, 5, dtype=torch.float64) * 3 + 1
             whole = block(x)
-            with mock.patch.object(hv, "prepare_causal_attention_mask", side_effect=AssertionError("a mask was made")), \
+            no_mask = mock.patch.object(hv, "prepare_causal_attention_mask",
+                                        side_effect=AssertionError("a mask was made"))
+            with no_mask, \
                     gc.slabs(block, max_bytes=1 << 30):
                 framed = block(x)
             assert "forward" not in vars(block), "slabs() left a forward behind"

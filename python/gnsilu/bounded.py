@@ -1,0 +1,723 @@
+"""VAE decodes in a GPU memory budget, with the whole decode's GroupNorm statistics.
+
+    import gnsilu.bounded
+    p = gnsilu.bounded.plan(vae, latents, max_gpu_bytes=8 << 30)   # before any work: what goes where, host bytes
+    print(p)
+    image = gnsilu.bounded.decode(vae, latents, max_gpu_bytes=8 << 30)
+
+A decode whose activations do not fit on the GPU is usually tiled, and every tile then normalizes with its own
+statistics. Here the decoder runs layer by layer instead, each layer over slabs of rows (the height): a slab of its
+output is computed from the rows of its input it needs (its halo), and every activation between two layers lives
+whole where the plan puts it, on the GPU or in (pinned) host memory. Each GroupNorm takes its statistics over the whole
+tensor: the exact records of every output slab of the layer that makes its input (gnsilu.group_stats) are added up
+as the slabs are made, and each slab of the layer after it is normalized with them (gnsilu.group_norm_apply: the
+whole call's bits). No normalized tensor exists whole. So the output is the whole decode's wherever a convolution
+rounds alike on fewer rows.
+
+The layers (diffusers' classes; anything else is refused with the module's name):
+  AutoencoderKL (Flux, SD3, SDXL, Flux2 configurations): post_quant_conv, Decoder's conv_in, UNetMidBlock2D
+  (ResnetBlock2D, Attention), UpDecoderBlock2D (ResnetBlock2D, Upsample2D), conv_norm_out + SiLU + conv_out;
+  AutoencoderKLHunyuanVideo: post_quant_conv, HunyuanVideoCausalConv3d, HunyuanVideoMidBlock3D (its attention frame
+  by frame without the dense causal mask: gnsilu.chunked._frame_causal_attention), HunyuanVideoResnetBlockCausal3D,
+  HunyuanVideoUpsampleCausal3D, conv_norm_out + SiLU + conv_out.
+A resnet block is two layers (conv1 of its normalized input; then conv2 of conv1's normalized output plus the
+shortcut); the mid block's attention runs whole on the GPU (its tensor is the latent's size, times the channels).
+Modules swapped by gnsilu.torch (GroupNormSiLU, GroupNorm, PaddedInputConv, a convolution whose bias the swap moves)
+are taken as the modules they stand for: the plan reads their parameters, never their forwards.
+
+The plan (gnsilu.bounded.plan): each activation's bytes and life; the slab height of each layer, chosen so that its
+working set (its input rows with halo, their normalized and padded copies, its output rows, in proportion) is a
+share of the budget; which activations stay on the GPU (the smaller ones, while the GPU's total at every layer, with
+the working set and a reserve for the convolutions' workspaces, stays under max_gpu_bytes), the others in host
+memory; the host bytes that takes at its peak. A budget below the smallest working set (two rows a slab, everything
+else on the host) is refused before any work with the bytes it needs, as is a host need above max_host_bytes. Where
+the model says the whole decode fits max_gpu_bytes, decode() is vae.decode() itself. The model's weights are not
+counted in the budget.
+"""
+import contextlib
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import _api
+from . import chunked as _chunked
+
+__all__ = ["plan", "decode", "Plan", "Layer", "Activation"]
+
+# Working-set model of a layer (bytes a slab holds on the GPU, as multiples of its rows' bytes): each input's rows
+# with their halo are fetched (host activations), normalized and padded (3 copies); the output rows are made and
+# summed with a residual (2 copies); an upsampling layer holds its input rows upsampled besides.
+_INPUT_COPIES = 3
+_OUTPUT_COPIES = 2
+# Of the budget, the share a slab's working set may take, and the share kept for what the model does not count
+# (cuDNN's workspaces, the allocator's rounding).
+_SLAB_SHARE = 0.25
+_RESERVE_PERCENT = 10
+# The fewest rows a slab has (but for a tensor of one row): PyTorch's CPU convolutions round an output of one row
+# differently from the same row among others (1e-6), so one-row slabs would lose the whole decode's bits there.
+_MIN_ROWS = 2
+
+
+@dataclasses.dataclass
+class Activation:
+    """A tensor between two layers: its shape, bytes, the layers that make and last read it (indices into
+    Plan.layers), where it lives ("gpu" or "host"), and the GroupNorm groups of the layer that normalizes it (its
+    records are taken as it is made), if any."""
+    name: str
+    shape: tuple
+    dtype: torch.dtype
+    made_by: int
+    last_use: int
+    where: str = "gpu"
+    groups: int = 0
+
+    @property
+    def bytes(self):
+        return math.prod(self.shape) * _element_size(self.dtype)
+
+    @property
+    def row_bytes(self):
+        return self.bytes // max(1, self.shape[-2])
+
+
+@dataclasses.dataclass
+class Layer:
+    """One pass over slabs of output rows (kind: conv, norm_conv, resnet_out, upsample_conv) or a whole call on the
+    GPU (kind: whole)."""
+    name: str
+    kind: str
+    inputs: list
+    output: str
+    rows: int = 0  # output rows a slab (0: whole)
+    run: object = dataclasses.field(default=None, repr=False)  # how its output rows are made (see _Decode)
+
+
+@dataclasses.dataclass
+class Plan:
+    """What decode() will do, decided before it starts (gnsilu.bounded.plan)."""
+    max_gpu_bytes: int
+    plain: bool  # the whole decode fits: decode() is vae.decode()
+    plain_gpu_bytes: int  # the model's estimate of the whole decode's peak (weights aside)
+    gpu_bytes: int  # the model's peak of the layered decode: GPU-resident activations, the working set, the reserve
+    host_bytes: int  # pinned host memory at its peak (0 for the plain decode)
+    layers: list
+    activations: dict
+    slabs: int  # slabs in all (the progress bar's total)
+
+    def __str__(self):
+        gib = 1 << 30
+        lines = [f"gnsilu.bounded plan for max_gpu_bytes={self.max_gpu_bytes / gib:.2f} GiB: "
+                 + ("the whole decode (vae.decode), estimated peak "
+                    f"{self.plain_gpu_bytes / gib:.2f} GiB besides the weights" if self.plain else
+                    f"layer by layer, {len(self.layers)} layers, {self.slabs} slabs; GPU "
+                    f"{self.gpu_bytes / gib:.2f} GiB "
+                    f"at its peak (the whole decode: about {self.plain_gpu_bytes / gib:.2f} GiB), host "
+                    f"{self.host_bytes / gib:.2f} GiB pinned")]
+        if not self.plain:
+            for layer in self.layers:
+                out = self.activations[layer.output]
+                rows = "whole" if layer.kind == "whole" else f"{layer.rows} rows a slab"
+                lines.append(f"  {layer.name}: {layer.kind}, {rows}; output {tuple(out.shape)} "
+                             f"({out.bytes / (1 << 20):.0f} MiB, {out.where})")
+        return "\n".join(lines)
+
+
+def _element_size(dtype):
+    return dtype.itemsize
+
+
+def _check_bytes(value, name, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"gnsilu.bounded: {name} must be a positive int (bytes), got {value!r}")
+    return value
+
+
+# ---- the decoder as layers -------------------------------------------------------------------------------------------
+class _Unsupported(ValueError):
+    pass
+
+
+def _need(condition, module_name, why):
+    if not condition:
+        raise _Unsupported(f"gnsilu.bounded: {module_name} is not a layer it can run ({why})")
+
+
+def _is_silu(module):
+    return isinstance(module, nn.SiLU)
+
+
+def _is_group_norm(module):
+    """nn.GroupNorm, or gnsilu.torch's GroupNormSiLU (nn.GroupNorm's parameters; its SiLU is the block's)."""
+    from .torch import GroupNormSiLU
+    return isinstance(module, (nn.GroupNorm, GroupNormSiLU))
+
+
+def _norm_params(norm):
+    """(num_groups, weight, bias, eps) of an nn.GroupNorm or gnsilu's GroupNormSiLU (the same parameters)."""
+    return norm.num_groups, norm.weight, norm.bias, norm.eps
+
+
+def _causal_reach(causal):
+    """(padding, reach) along the height of a causal convolution (HunyuanVideoCausalConv3d or its PaddedInputConv)."""
+    return causal.time_causal_padding[2], causal.conv.dilation[-2] * (causal.conv.kernel_size[-2] - 1)
+
+
+def _conv_shape(conv, shape):
+    """The output shape of a plain stride-1 nn.Conv2d/3d (integer zero padding) for an input shape."""
+    out = [shape[0], conv.out_channels]
+    for i in range(2, len(shape)):
+        k, d, p = conv.kernel_size[i - 2], conv.dilation[i - 2], conv.padding[i - 2]
+        out.append(shape[i] + 2 * p - d * (k - 1))
+    return tuple(out)
+
+
+def _causal_shape(causal, shape):
+    pw, pw2, ph, ph2, pt, pt2 = causal.time_causal_padding
+    padded = (shape[0], shape[1], shape[2] + pt + pt2, shape[3] + ph + ph2, shape[4] + pw + pw2)
+    return _conv_shape(causal.conv, padded)
+
+
+class _Builder:
+    """Builds the layers and activations of one decode (shapes by the modules' arithmetic: nothing runs)."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+        self.layers = []
+        self.acts = {}
+
+    def act(self, name, shape, made_by):
+        a = Activation(name, tuple(int(s) for s in shape), self.dtype, made_by, made_by)
+        self.acts[name] = a
+        return name
+
+    def layer(self, name, kind, inputs, shape, run):
+        index = len(self.layers)
+        out = self.act(name, shape, index)
+        for i in inputs:
+            self.acts[i].last_use = max(self.acts[i].last_use, index)
+        self.layers.append(Layer(name, kind, list(inputs), out, 0, run))
+        return out
+
+    def normalized_by(self, act, norm):
+        groups = norm.num_groups
+        a = self.acts[act]
+        if a.groups and a.groups != groups:
+            raise _Unsupported(f"gnsilu.bounded: {act} is normalized with {a.groups} and {groups} groups")
+        a.groups = groups
+
+
+# Each layer's run: a function (decode, output rows r0..r1) -> those rows on the GPU, or for a whole layer (decode) ->
+# the whole output. `decode.rows(name, lo, hi)` gives an input's rows [max(lo, 0), min(hi, height)) on the GPU with
+# (start, stop); `decode.records(name)` its merged records.
+def _conv2d_run(conv, source):
+    ph, reach = _chunked._reach(conv)
+
+    def run(d, r0, r1):
+        lo, hi = r0 - ph, r1 - ph + reach
+        x, start, stop = d.rows(source, lo, hi)
+        return _chunked._conv_slab(conv, _chunked._pad_rows(x, start - lo, hi - stop, "zeros"))
+    return run
+
+
+def _causal_run(causal, source):
+    ph, reach = _causal_reach(causal)
+    pw, _, _, _, pt, pt2 = causal.time_causal_padding
+
+    def run(d, r0, r1):
+        lo, hi = r0 - ph, r1 - ph + reach
+        x, start, stop = d.rows(source, lo, hi)
+        return _chunked._causal_slab(causal, F.pad(x, (pw, pw, start - lo, hi - stop, pt, pt2), mode=causal.pad_mode))
+    return run
+
+
+def _normalized(d, source, norm, lo, hi):
+    """silu(group_norm(source)) of rows [lo, hi) with the whole tensor's records, and (start, stop)."""
+    x, start, stop = d.rows(source, lo, hi)
+    _, weight, bias, eps = _norm_params(norm)
+    return _api.group_norm_apply(x, d.records(source), weight, bias, eps, "silu"), start, stop
+
+
+def _norm_conv2d_run(norm, conv, source):
+    ph, reach = _chunked._reach(conv)
+
+    def run(d, r0, r1):
+        lo, hi = r0 - ph, r1 - ph + reach
+        y, start, stop = _normalized(d, source, norm, lo, hi)
+        return _chunked._conv_slab(conv, _chunked._pad_rows(y, start - lo, hi - stop, "zeros"))
+    return run
+
+
+def _norm_causal_run(norm, causal, source):
+    ph, reach = _causal_reach(causal)
+    pw, _, _, _, pt, pt2 = causal.time_causal_padding
+
+    def run(d, r0, r1):
+        lo, hi = r0 - ph, r1 - ph + reach
+        y, start, stop = _normalized(d, source, norm, lo, hi)
+        return _chunked._causal_slab(causal, F.pad(y, (pw, pw, start - lo, hi - stop, pt, pt2), mode=causal.pad_mode))
+    return run
+
+
+def _resnet_out_run(conv_run, shortcut_run, residual, scale):
+    """(residual rows, or shortcut(residual) rows) + conv_run rows, divided by the block's output scale."""
+    def run(d, r0, r1):
+        h = conv_run(d, r0, r1)
+        if shortcut_run is None:
+            res, _, _ = d.rows(residual, r0, r1)
+        else:
+            res = shortcut_run(d, r0, r1)
+        out = res + h
+        return out if scale == 1.0 else out / scale
+    return run
+
+
+def _upsample2d_run(module, source):
+    conv = module.conv
+    ph, reach = _chunked._reach(conv)
+
+    def run(d, r0, r1):
+        lo, hi = r0 - ph, r1 - ph + reach
+        h_up = 2 * d.height(source)
+        lo_c, hi_c = max(lo, 0), min(hi, h_up)
+        src_lo, src_hi = lo_c // 2, (hi_c + 1) // 2
+        x, _, _ = d.rows(source, src_lo, src_hi)
+        up = F.interpolate(x, scale_factor=2.0, mode="nearest")[..., lo_c - 2 * src_lo:hi_c - 2 * src_lo, :]
+        return _chunked._conv_slab(conv, _chunked._pad_rows(up, lo_c - lo, hi - hi_c, "zeros"))
+    return run
+
+
+def _hunyuan_upsample_run(module, source):
+    causal = module.conv
+    factor = int(module.upsample_factor[1])
+    ph, reach = _causal_reach(causal)
+    pw, _, _, _, pt, pt2 = causal.time_causal_padding
+
+    def run(d, r0, r1):
+        lo, hi = r0 - ph, r1 - ph + reach
+        h_up = factor * d.height(source)
+        lo_c, hi_c = max(lo, 0), min(hi, h_up)
+        src_lo, src_hi = lo_c // factor, (hi_c + factor - 1) // factor
+        x, _, _ = d.rows(source, src_lo, src_hi)
+        up = _chunked._hunyuan_upsample(module, x)[..., lo_c - factor * src_lo:hi_c - factor * src_lo, :]
+        up = F.pad(up, (pw, pw, lo_c - lo, hi - hi_c, pt, pt2), mode=causal.pad_mode)
+        return _chunked._causal_slab(causal, up)
+    return run
+
+
+def _layers_2d(vae, shape, dtype):
+    """The layers of AutoencoderKL's decode (post_quant_conv, then its Decoder)."""
+    from diffusers.models.resnet import ResnetBlock2D
+    from diffusers.models.unets.unet_2d_blocks import UNetMidBlock2D, UpDecoderBlock2D
+    from diffusers.models.upsampling import Upsample2D
+    b = _Builder(dtype)
+    dec = vae.decoder
+    x = b.act("latents", shape, -1)
+    pqc = getattr(vae, "post_quant_conv", None)
+    if pqc is not None:
+        _need(isinstance(pqc, nn.Conv2d) and _chunked._conv_plain(pqc), "post_quant_conv", "a plain nn.Conv2d")
+        x = b.layer("post_quant_conv", "conv", [x], _conv_shape(pqc, shape), _conv2d_run(pqc, x))
+    _need(_chunked._conv_plain(dec.conv_in), "decoder.conv_in", "a plain stride-1 nn.Conv2d")
+    x = b.layer("conv_in", "conv", [x], _conv_shape(dec.conv_in, b.acts[x].shape), _conv2d_run(dec.conv_in, x))
+
+    def resnet(block, name, x):
+        _need(isinstance(block, ResnetBlock2D), name, type(block).__name__)
+        _need(block.upsample is None and block.downsample is None, name, "up- or downsampling")
+        _need(block.time_emb_proj is None and block.time_embedding_norm in ("default", "group"), name,
+              "a time embedding")
+        _need(_is_group_norm(block.norm1) and _is_group_norm(block.norm2), name, "its norms are not GroupNorms")
+        _need(_is_silu(block.nonlinearity), name, "its nonlinearity is not SiLU")
+        _need(not (block.dropout.training and block.dropout.p > 0), name, "dropout in training mode")
+        for c in ("conv1", "conv2"):
+            _need(_chunked._conv_plain(getattr(block, c)), f"{name}.{c}", "a plain stride-1 nn.Conv2d")
+        shortcut = block.conv_shortcut
+        _need(shortcut is None or _chunked._conv_plain(shortcut), f"{name}.conv_shortcut", "a plain nn.Conv2d")
+        b.normalized_by(x, block.norm1)
+        h = b.layer(f"{name}.conv1", "norm_conv", [x], _conv_shape(block.conv1, b.acts[x].shape),
+                    _norm_conv2d_run(block.norm1, block.conv1, x))
+        b.normalized_by(h, block.norm2)
+        out_shape = _conv_shape(block.conv2, b.acts[h].shape)
+        return b.layer(f"{name}.out", "resnet_out", [h, x], out_shape, _resnet_out_run(
+            _norm_conv2d_run(block.norm2, block.conv2, h), None if shortcut is None else _conv2d_run(shortcut, x), x,
+            float(block.output_scale_factor)))
+
+    mid = dec.mid_block
+    _need(isinstance(mid, UNetMidBlock2D), "decoder.mid_block", type(mid).__name__)
+    x = resnet(mid.resnets[0], "mid_block.resnets.0", x)
+    for i, (attn, res) in enumerate(zip(mid.attentions, mid.resnets[1:])):
+        if attn is not None:
+            x = b.layer(f"mid_block.attentions.{i}", "whole", [x], b.acts[x].shape,
+                        lambda d, _a=attn, _x=x: _a(d.whole(_x)))
+        x = resnet(res, f"mid_block.resnets.{i + 1}", x)
+    for u, block in enumerate(dec.up_blocks):
+        _need(isinstance(block, UpDecoderBlock2D), f"decoder.up_blocks.{u}", type(block).__name__)
+        for r, res in enumerate(block.resnets):
+            x = resnet(res, f"up_blocks.{u}.resnets.{r}", x)
+        for s, up in enumerate(block.upsamplers or []):
+            name = f"up_blocks.{u}.upsamplers.{s}"
+            _need(isinstance(up, Upsample2D) and _chunked._upsample2d_plain(up), name, "nearest x2 then a convolution")
+            in_shape = b.acts[x].shape
+            up_shape = in_shape[:-2] + (2 * in_shape[-2], 2 * in_shape[-1])
+            x = b.layer(name, "upsample_conv", [x], _conv_shape(up.conv, up_shape), _upsample2d_run(up, x))
+    _need(_is_silu(dec.conv_act), "decoder.conv_act", "not SiLU")
+    _need(_is_group_norm(dec.conv_norm_out), "decoder.conv_norm_out", "not a GroupNorm (a SpatialNorm?)")
+    _need(_chunked._conv_plain(dec.conv_out), "decoder.conv_out", "a plain stride-1 nn.Conv2d")
+    b.normalized_by(x, dec.conv_norm_out)
+    b.layer("conv_out", "norm_conv", [x], _conv_shape(dec.conv_out, b.acts[x].shape),
+            _norm_conv2d_run(dec.conv_norm_out, dec.conv_out, x))
+    return b
+
+
+def _layers_hunyuan(vae, shape, dtype):
+    """The layers of AutoencoderKLHunyuanVideo's decode (post_quant_conv, then its HunyuanVideoDecoder3D)."""
+    from diffusers.models.autoencoders import autoencoder_kl_hunyuan_video as hv
+    b = _Builder(dtype)
+    dec = vae.decoder
+    x = b.act("latents", shape, -1)
+    pqc = vae.post_quant_conv
+    _need(isinstance(pqc, nn.Conv3d) and _chunked._conv_plain(pqc), "post_quant_conv", "a plain nn.Conv3d")
+    x = b.layer("post_quant_conv", "conv", [x], _conv_shape(pqc, shape), _conv2d_run(pqc, x))
+
+    def causal(module, name):
+        _need(_chunked._causal_like(module), name, "a causal convolution with stride 1 along the height")
+        return module
+
+    c = causal(dec.conv_in, "decoder.conv_in")
+    x = b.layer("conv_in", "conv", [x], _causal_shape(c, b.acts[x].shape), _causal_run(c, x))
+
+    def resnet(block, name, x):
+        _need(isinstance(block, hv.HunyuanVideoResnetBlockCausal3D), name, type(block).__name__)
+        _need(_is_silu(block.nonlinearity), name, "its nonlinearity is not SiLU")
+        _need(_is_group_norm(block.norm1) and _is_group_norm(block.norm2), name, "its norms are not GroupNorms")
+        _need(not (block.dropout.training and block.dropout.p > 0), name, "dropout in training mode")
+        c1, c2 = causal(block.conv1, f"{name}.conv1"), causal(block.conv2, f"{name}.conv2")
+        shortcut = block.conv_shortcut
+        if shortcut is not None:
+            causal(shortcut, f"{name}.conv_shortcut")
+        b.normalized_by(x, block.norm1)
+        h = b.layer(f"{name}.conv1", "norm_conv", [x], _causal_shape(c1, b.acts[x].shape),
+                    _norm_causal_run(block.norm1, c1, x))
+        b.normalized_by(h, block.norm2)
+        return b.layer(f"{name}.out", "resnet_out", [h, x], _causal_shape(c2, b.acts[h].shape), _resnet_out_run(
+            _norm_causal_run(block.norm2, c2, h), None if shortcut is None else _causal_run(shortcut, x), x, 1.0))
+
+    mid = dec.mid_block
+    _need(isinstance(mid, hv.HunyuanVideoMidBlock3D), "decoder.mid_block", type(mid).__name__)
+    x = resnet(mid.resnets[0], "mid_block.resnets.0", x)
+    for i, (attn, res) in enumerate(zip(mid.attentions, mid.resnets[1:])):
+        if attn is not None:
+            _need(_chunked._frame_attention_plain(attn), f"mid_block.attentions.{i}", "not AttnProcessor2_0's")
+
+            def whole(d, _a=attn, _x=x):
+                t = d.whole(_x)
+                batch, channels, frames, height, width = t.shape
+                tokens = _chunked._frame_causal_attention(_a, t.permute(0, 2, 3, 4, 1).flatten(1, 3), frames)
+                return tokens.unflatten(1, (frames, height, width)).permute(0, 4, 1, 2, 3)
+            x = b.layer(f"mid_block.attentions.{i}", "whole", [x], b.acts[x].shape, whole)
+        x = resnet(res, f"mid_block.resnets.{i + 1}", x)
+    for u, block in enumerate(dec.up_blocks):
+        _need(isinstance(block, hv.HunyuanVideoUpBlock3D), f"decoder.up_blocks.{u}", type(block).__name__)
+        for r, res in enumerate(block.resnets):
+            x = resnet(res, f"up_blocks.{u}.resnets.{r}", x)
+        for s, up in enumerate(block.upsamplers or []):
+            name = f"up_blocks.{u}.upsamplers.{s}"
+            _need(isinstance(up, hv.HunyuanVideoUpsampleCausal3D) and _chunked._hunyuan_upsample_plain(up), name,
+                  "nearest upsampling by integers then a causal convolution")
+            ft, fh, fw = (int(f) for f in up.upsample_factor)
+            n, ch, t, hh, ww = b.acts[x].shape
+            up_shape = (n, ch, 1 + (t - 1) * ft, hh * fh, ww * fw)
+            x = b.layer(name, "upsample_conv", [x], _causal_shape(up.conv, up_shape), _hunyuan_upsample_run(up, x))
+    _need(_is_silu(dec.conv_act), "decoder.conv_act", "not SiLU")
+    _need(_is_group_norm(dec.conv_norm_out), "decoder.conv_norm_out", "not a GroupNorm")
+    c = causal(dec.conv_out, "decoder.conv_out")
+    b.normalized_by(x, dec.conv_norm_out)
+    b.layer("conv_out", "norm_conv", [x], _causal_shape(c, b.acts[x].shape), _norm_causal_run(dec.conv_norm_out, c, x))
+    return b
+
+
+def _layers(vae, shape, dtype):
+    kind = type(vae).__name__
+    try:
+        from diffusers.models import autoencoders
+    except ImportError as e:
+        raise ValueError(f"gnsilu.bounded needs diffusers ({e})") from e
+    if isinstance(vae, getattr(autoencoders, "AutoencoderKLHunyuanVideo", ())):
+        if len(shape) != 5:
+            raise ValueError(f"gnsilu.bounded: latents must be 5-D (N, C, T, H, W) for {kind}, got shape {shape}")
+        return _layers_hunyuan(vae, shape, dtype)
+    if isinstance(vae, autoencoders.AutoencoderKL):
+        if len(shape) != 4:
+            raise ValueError(f"gnsilu.bounded: latents must be 4-D (N, C, H, W) for {kind}, got shape {shape}")
+        return _layers_2d(vae, shape, dtype)
+    raise ValueError(f"gnsilu.bounded: vae must be a diffusers AutoencoderKL or AutoencoderKLHunyuanVideo, got {kind}")
+
+
+# ---- the plan --------------------------------------------------------------------------------------------------------
+def _slab_bytes(layer, acts, rows):
+    """The model's working set of a slab of `rows` output rows of `layer` (bytes)."""
+    out = acts[layer.output]
+    total = _OUTPUT_COPIES * rows * out.row_bytes
+    for name in layer.inputs:
+        a = acts[name]
+        scale = out.shape[-2] / max(1, a.shape[-2])  # input rows a slab reads (upsampling layers: fewer)
+        in_rows = rows / scale + 4  # and a halo
+        growth = max(1.0, out.bytes / max(1, a.bytes)) if layer.kind == "upsample_conv" else 1.0
+        total += int(_INPUT_COPIES * in_rows * a.row_bytes * growth)
+    return total
+
+
+def _reserve(budget):
+    return budget * _RESERVE_PERCENT // 100
+
+
+def _smallest_budget(work):
+    """The smallest budget whose share besides the reserve holds `work` bytes."""
+    budget = work * 100 // (100 - _RESERVE_PERCENT)
+    while budget - _reserve(budget) < work:
+        budget += 1
+    while budget > 1 and (budget - 1) - _reserve(budget - 1) >= work:
+        budget -= 1
+    return budget
+
+
+def _peaks(layers, acts, budget):
+    """(GPU peak of the layered decode, host peak) for the current placement and slab heights."""
+    gpu = host = 0
+    for i, layer in enumerate(layers):
+        live = [a for a in acts.values() if a.made_by <= i <= a.last_use]
+        resident = sum(a.bytes for a in live if a.where == "gpu")
+        hosted = sum(a.bytes for a in live if a.where == "host")
+        if layer.kind == "whole":
+            work = sum(acts[n].bytes for n in layer.inputs) * 4  # attention: q, k, v and its output
+        else:
+            work = _slab_bytes(layer, acts, layer.rows)
+        gpu = max(gpu, resident + work + _reserve(budget))
+        host = max(host, hosted)
+    return gpu, host
+
+
+def _plain_bytes(layers, acts):
+    """The model's peak of the whole decode: every activation on the GPU, each layer's working set whole."""
+    peak = 0
+    for i, layer in enumerate(layers):
+        live = sum(a.bytes for a in acts.values() if a.made_by <= i <= a.last_use)
+        out = acts[layer.output]
+        work = (sum(acts[n].bytes for n in layer.inputs) * 4 if layer.kind == "whole"
+                else _slab_bytes(layer, acts, out.shape[-2]))
+        peak = max(peak, live + work)
+    return peak
+
+
+def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes):
+    b = _layers(vae, tuple(shape), dtype)
+    layers, acts = b.layers, b.acts
+    plain_bytes = _plain_bytes(layers, acts)
+    if plain_bytes <= max_gpu_bytes:
+        for a in acts.values():
+            a.where = "gpu"
+        return Plan(max_gpu_bytes, True, plain_bytes, plain_bytes, 0, layers, acts, 0)
+    share = int(_SLAB_SHARE * max_gpu_bytes)
+    for layer in layers:
+        if layer.kind == "whole":
+            continue
+        height = acts[layer.output].shape[-2]
+        rows = height
+        while rows > _MIN_ROWS and _slab_bytes(layer, acts, rows) > share:
+            rows = max(_MIN_ROWS, rows // 2)
+        layer.rows = rows
+    # Placement: the latents and the output where they are given and wanted; the largest activations to the host
+    # first, until the GPU's peak is under the budget.
+    movable = sorted((a for a in acts.values() if a.made_by >= 0 and a.name != layers[-1].output),
+                     key=lambda a: -a.bytes)
+    gpu, host = _peaks(layers, acts, max_gpu_bytes)
+    for a in movable:
+        if gpu <= max_gpu_bytes:
+            break
+        if any(layers[i].kind == "whole" and a.name in (layers[i].inputs + [layers[i].output])
+               for i in range(len(layers))):
+            continue  # the attention's tensors stay on the GPU
+        a.where = "host"
+        gpu, host = _peaks(layers, acts, max_gpu_bytes)
+    # Then the slabs shrink where the GPU is still over.
+    while gpu > max_gpu_bytes:
+        widest = max((layer for layer in layers if layer.kind != "whole" and layer.rows > _MIN_ROWS),
+                     key=lambda layer: _slab_bytes(layer, acts, layer.rows), default=None)
+        if widest is None:
+            break
+        widest.rows = max(_MIN_ROWS, widest.rows // 2)
+        gpu, host = _peaks(layers, acts, max_gpu_bytes)
+    if gpu > max_gpu_bytes:
+        least = _smallest_budget(gpu - _reserve(max_gpu_bytes))
+        raise ValueError(f"gnsilu.bounded: max_gpu_bytes={max_gpu_bytes} is below what this decode needs with "
+                         f"{_MIN_ROWS} rows a slab and every activation it can move in host memory: max_gpu_bytes="
+                         f"{least} ({least / (1 << 30):.2f} GiB) at least, besides the model's weights")
+    if max_host_bytes is not None and host > max_host_bytes:
+        raise ValueError(f"gnsilu.bounded: this decode in max_gpu_bytes={max_gpu_bytes} needs {host} bytes "
+                         f"({host / (1 << 30):.2f} GiB) of pinned host memory, above max_host_bytes={max_host_bytes}")
+    slabs = sum(-(-acts[layer.output].shape[-2] // layer.rows) for layer in layers if layer.kind != "whole")
+    return Plan(max_gpu_bytes, False, plain_bytes, gpu, host, layers, acts, slabs)
+
+
+def plan(vae, latents, max_gpu_bytes, *, max_host_bytes=None):
+    """What decode(vae, latents, max_gpu_bytes) will do (a Plan), decided before any work: whether the whole decode
+    fits, else each layer's slab height, where each activation lives and the pinned host bytes at the peak. latents: a
+    tensor (or a torch.Size / tuple with the dtype of the vae's parameters). Raises ValueError, naming the argument,
+    for a budget below the smallest working set or a host need above max_host_bytes, and for a model it cannot run
+    layer by layer (naming the module)."""
+    _check_bytes(max_gpu_bytes, "max_gpu_bytes")
+    _check_bytes(max_host_bytes, "max_host_bytes", allow_none=True)
+    if isinstance(latents, torch.Tensor):
+        shape, dtype = tuple(latents.shape), latents.dtype
+    else:
+        shape, dtype = tuple(latents), next(vae.parameters()).dtype
+    return _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes)
+
+
+# ---- the decode ------------------------------------------------------------------------------------------------------
+class _Decode:
+    """One layered decode: the activations as they are made (GPU tensors, or host tensors), their records."""
+
+    def __init__(self, p, device, memory_format, pin):
+        self.plan = p
+        self.device = device
+        self.memory_format = memory_format
+        self.pin = pin
+        self.tensors = {}
+        self.merged = {}
+
+    def height(self, name):
+        return self.plan.activations[name].shape[-2]
+
+    def whole(self, name):
+        t = self.tensors[name]
+        return t if t.device == self.device else t.to(self.device)
+
+    def rows(self, name, lo, hi):
+        t = self.tensors[name]
+        start, stop = max(lo, 0), min(hi, t.shape[-2])
+        part = t[..., start:stop, :]
+        if part.device != self.device:
+            part = part.to(self.device, non_blocking=self.pin)
+        return part, start, stop
+
+    def records(self, name):
+        return self.merged[name]
+
+    def allocate(self, a):
+        on_host = a.where == "host"
+        try:
+            return torch.empty(a.shape, dtype=a.dtype, device="cpu" if on_host else self.device,
+                               pin_memory=on_host and self.pin, memory_format=self.memory_format)
+        except RuntimeError as e:
+            where = "pinned host memory" if on_host else "GPU memory"
+            raise MemoryError(f"gnsilu.bounded: allocating {a.name} ({a.bytes} bytes of {where}) failed: {e}") from e
+
+    def store(self, a, out, r0, y):
+        if a.groups:
+            s = _api.group_stats(y, a.groups)
+            self.merged[a.name] = s if a.name not in self.merged else self.merged[a.name] + s
+        out[..., r0:r0 + y.shape[-2], :].copy_(y, non_blocking=self.pin and out.device.type == "cpu")
+
+    def run(self, layer, progress):
+        a = self.plan.activations[layer.output]
+        if layer.kind == "whole":
+            y = layer.run(self)
+            if a.groups:
+                self.merged[a.name] = _api.group_stats(y, a.groups)
+            self.tensors[a.name] = y if a.where == "gpu" else y.to("cpu")
+            return
+        out = self.allocate(a)
+        height = a.shape[-2]
+        for r0 in range(0, height, layer.rows):
+            r1 = min(height, r0 + layer.rows)
+            self.store(a, out, r0, layer.run(self, r0, r1))
+            progress.update(1)
+        self.tensors[a.name] = out
+
+    def release(self, index):
+        for name, a in self.plan.activations.items():
+            if a.last_use == index and name in self.tensors and name != self.plan.layers[-1].output:
+                del self.tensors[name]
+                self.merged.pop(name, None)
+
+
+@contextlib.contextmanager
+def _frame_attention(vae):
+    """Within it, a HunyuanVideoMidBlock3D decoder's attention runs frame by frame without its dense causal mask
+    (gnsilu.chunked._hunyuan_mid_forward): the whole decode as the plan modelled it."""
+    mid = getattr(getattr(vae, "decoder", None), "mid_block", None)
+    if type(mid).__name__ != "HunyuanVideoMidBlock3D" or not _chunked._hunyuan_mid_plain(mid):
+        yield
+        return
+    previous = vars(mid).get("forward")  # a forward patched on the instance (gnsilu.chunked.slabs), kept
+    original = mid.forward
+    mid.forward = lambda hidden_states: _chunked._hunyuan_mid_forward(mid, 0, original, hidden_states)
+    try:
+        yield
+    finally:
+        if previous is None:
+            del mid.forward
+        else:
+            mid.forward = previous
+
+
+@contextlib.contextmanager
+def _progress(total, enabled):
+    bar = None
+    if enabled is not False and total > 0:
+        try:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=total, desc="gnsilu.bounded.decode", unit="slab", delay=2.0, leave=False)
+        except ImportError:
+            bar = None
+
+    class _Quiet:
+        def update(self, n):
+            pass
+    try:
+        yield bar if bar is not None else _Quiet()
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def decode(vae, latents, max_gpu_bytes, *, max_host_bytes=None, progress=None):
+    """vae.decode(latents).sample computed within max_gpu_bytes of GPU memory besides the model's weights (see the
+    module's text): the whole decode where it fits, else layer by layer with every GroupNorm over the whole tensor.
+    Returns the decoded tensor (on the latents' device; in host memory if the plan kept the output there). progress:
+    None shows a bar (tqdm, where installed) for decodes that last more than 2 s, False never. Raises ValueError before
+    any work for a budget or host need it cannot meet (plan()), MemoryError if an allocation fails on the way (what
+    was allocated is freed; the model is left as it was)."""
+    p = plan(vae, latents, max_gpu_bytes, max_host_bytes=max_host_bytes)
+    if not isinstance(latents, torch.Tensor):
+        raise ValueError(f"gnsilu.bounded.decode: latents must be a torch.Tensor, got {type(latents).__name__}")
+    if p.plain:
+        with _frame_attention(vae), torch.no_grad():
+            out = vae.decode(latents)
+        return out.sample if hasattr(out, "sample") else out[0]
+    # The layout of the activations: the latents' for AutoencoderKL (its convolutions keep it); contiguous for
+    # HunyuanVideo, whose resnet blocks make their inputs contiguous.
+    fmt = torch.contiguous_format
+    if latents.dim() == 4 and latents.is_contiguous(memory_format=torch.channels_last) and not latents.is_contiguous():
+        fmt = torch.channels_last
+    d = _Decode(p, latents.device, fmt, pin=latents.is_cuda)
+    d.tensors["latents"] = latents
+    first = p.activations["latents"]
+    if first.groups:
+        d.merged["latents"] = _api.group_stats(latents, first.groups)
+    try:
+        with torch.no_grad(), _progress(p.slabs, progress) as bar:
+            for i, layer in enumerate(p.layers):
+                d.run(layer, bar)
+                d.release(i)
+        out = d.tensors[p.layers[-1].output]
+        if out.device.type == "cpu" and latents.is_cuda:
+            torch.cuda.current_stream(latents.device).synchronize()  # its last slabs were copied without waiting
+        return out
+    finally:
+        d.tensors.clear()
+        d.merged.clear()

@@ -1,0 +1,333 @@
+#!/usr/bin/env python3
+"""gnsilu.bounded on CPU: tiny seeded AutoencoderKL and AutoencoderKLHunyuanVideo models (diffusers), swapped by
+gnsilu.torch, decoded in every GPU budget from one that fits the whole decode down to the smallest that works.
+Needs PyTorch and diffusers (skipped without).
+
+    PYTHONPATH=python python3 python/tests/test_bounded.py     (or pytest / unittest, as test_vae_swap.py)
+
+On the CPU the "GPU" is the CPU: what is tested is the plan (placements, slab heights, the budget it meets, the
+refusals) and the layered decode's arithmetic. The models' GroupNorms run on gnsilu's CPU reference (as the layered
+decode's group_stats / group_norm_apply do) and PyTorch's native convolutions compute each output row alike on any
+number of rows, so every budget must give the whole decode's bits. HunyuanVideo's whole decode is taken with its
+attention frame by frame (gnsilu.chunked), as the layered decode runs it: the masked attention differs from it
+within rounding (test_vae_swap.test_frame_causal_attention_without_the_mask).
+"""
+import contextlib
+import os
+import sys
+import time
+import unittest
+from unittest import mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+try:
+    import torch
+    import torch.nn.functional as F
+    from diffusers.models import autoencoders
+    import gnsilu
+    import gnsilu.bounded as gb
+    import gnsilu.chunked as gc
+    import gnsilu.torch as gt
+    from test_vae_swap import TINY_2D, _hunyuan_config, _native_convolutions, one_thread
+except ImportError as error:
+    torch = None
+    MISSING = f"needs PyTorch and diffusers ({type(error).__name__}: {error})"
+    if __name__ == "__main__":
+        if os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1":
+            print(f"test_bounded: FAILED: GNSILU_TEST_REQUIRE_TORCH=1 but {MISSING}")
+            sys.exit(1)
+        print(f"test_bounded: skipped: {MISSING}")
+        sys.exit(77)
+    if "pytest" in sys.modules:
+        raise unittest.SkipTest(MISSING)
+
+
+def require():
+    if torch is None:
+        raise unittest.SkipTest(MISSING)
+
+
+def _reference_op(x, num_groups, weight=None, bias=None, eps=1e-6, activation="silu", out_dtype=None,
+                  input_bias=None):
+    assert input_bias is None
+    return gnsilu.group_norm_apply(x, gnsilu.group_stats(x, num_groups), weight, bias, eps, activation)
+
+
+def _reference_padded(x, num_groups, weight, bias, eps, activation, pad, pad_mode, pad_value, out_dtype=None,
+                      input_bias=None):
+    y = _reference_op(x, num_groups, weight, bias, eps, activation, out_dtype, input_bias)
+    return F.pad(y, pad, mode=pad_mode) if pad_mode == "replicate" else F.pad(y, pad, value=pad_value)
+
+
+@contextlib.contextmanager
+def cpu_reference():
+    """The swapped modules on CPU tensors call gnsilu's CPU reference (whole and padded), and convolutions are
+    PyTorch's native ones; one thread, no autograd."""
+    with one_thread(), _native_convolutions(), mock.patch.object(gt, "_DEVICE_TYPES", ("cpu",)), \
+            mock.patch.object(gt, "_op_implementation", _reference_op), \
+            mock.patch.object(gt, "_padded_implementation", _reference_padded), torch.no_grad():
+        yield
+
+
+def _models():
+    """(name, swapped model, latents) for each model kind and layout."""
+    torch.manual_seed(0)
+    kl = autoencoders.AutoencoderKL(**dict(TINY_2D, block_out_channels=(32, 64), layers_per_block=1)).eval()
+    gt.swap_group_norm_silu(kl)
+    torch.manual_seed(0)
+    hv = autoencoders.AutoencoderKLHunyuanVideo(**_hunyuan_config()).eval()
+    gt.swap_group_norm_silu(hv)
+    torch.manual_seed(1)
+    z2 = torch.randn(1, 4, 12, 10) * 2
+    z3 = torch.randn(1, 4, 2, 9, 8) * 2
+    return [("AutoencoderKL", kl, z2), ("AutoencoderKL channels_last", kl, z2.contiguous(
+        memory_format=torch.channels_last)), ("AutoencoderKLHunyuanVideo", hv, z3)]
+
+
+def _whole(vae, z):
+    """The whole decode, HunyuanVideo's attention frame by frame (as gnsilu.chunked runs it)."""
+    with gc.slabs(vae.decoder, max_bytes=1 << 40):  # every module whole; the mid block's attention by frames
+        return vae.decode(z).sample
+
+
+def test_every_budget_gives_the_whole_decodes_bits():
+    """From a budget that fits the whole decode (the plain decode) down to the smallest that works (one more byte
+    less is refused): every layered decode equals the whole decode bit for bit, in the latents' layout; the plan's
+    GPU peak is within the budget, activations move to the host as the budget shrinks, and slabs get smaller."""
+    require()
+    with cpu_reference():
+        for name, vae, z in _models():
+            whole = _whole(vae, z)
+            top = gb.plan(vae, z, 1 << 40)
+            assert top.plain and top.host_bytes == 0, name
+            budget, seen_host, smallest, plans = top.plain_gpu_bytes, 0, None, 0
+            refused = None
+            while True:
+                try:
+                    p = gb.plan(vae, z, budget)
+                except ValueError as e:
+                    assert "max_gpu_bytes" in str(e), e
+                    if refused is not None:
+                        break
+                    # Then to the byte: the smallest budget that works, between this refused one and the last.
+                    refused, working = budget, smallest
+                    while working - refused > 1:
+                        middle = (working + refused) // 2
+                        try:
+                            gb.plan(vae, z, middle)
+                            working = middle
+                        except ValueError:
+                            refused = middle
+                    budget = working
+                    continue
+                y = gb.decode(vae, z, budget, progress=False)
+                assert torch.equal(y, whole), f"{name}, budget {budget}: relative L2 " \
+                    f"{((y - whole).double().norm() / whole.double().norm()).item():.3g}"
+                assert y.stride() == whole.stride(), f"{name}, budget {budget}: strides {y.stride()}"
+                assert p.plain == (budget >= p.plain_gpu_bytes), (name, budget)
+                if not p.plain:
+                    assert p.gpu_bytes <= budget, (name, budget, p.gpu_bytes)
+                    assert p.slabs >= len([layer for layer in p.layers if layer.kind != "whole"])
+                    hosted = [a for a in p.activations.values() if a.where == "host"]
+                    if hosted:
+                        seen_host += 1
+                        assert p.host_bytes >= max(a.bytes for a in hosted)
+                    else:
+                        assert p.host_bytes == 0
+                smallest, plans = budget, plans + 1
+                if refused is not None:
+                    break  # the smallest budget that works has decoded
+                budget = budget * 7 // 8 if budget > top.plain_gpu_bytes // 4 else budget - budget // 32
+            assert plans >= 8 and seen_host >= 2, (name, plans, seen_host)
+            assert refused == smallest - 1, (refused, smallest)  # one byte less is refused
+            try:
+                gb.plan(vae, z, refused)
+                raise AssertionError(f"{refused} was refused, then taken")
+            except ValueError as e:  # and the refusal names the smallest budget
+                assert f"max_gpu_bytes={smallest} (" in str(e), (smallest, str(e))
+            floor = gb.plan(vae, z, smallest)
+            print(f"  {name}: {plans} budgets from {top.plain_gpu_bytes} down to {smallest} bytes, every one the "
+                  f"whole decode's bits; at the smallest {floor.slabs} slabs, {floor.host_bytes} bytes on the host")
+
+
+def test_refusals_come_before_any_work_and_name_the_argument():
+    require()
+    with cpu_reference():
+        name, vae, z = _models()[0]
+        top = gb.plan(vae, z, 1 << 40)
+        calls = []
+        with mock.patch.object(gnsilu._api, "group_stats", side_effect=lambda *a, **k: calls.append(1)), \
+                mock.patch.object(F, "conv2d", side_effect=lambda *a, **k: calls.append(1)):
+            for budget in (1, 1000, top.plain_gpu_bytes // 20):
+                try:
+                    gb.decode(vae, z, budget)
+                    raise AssertionError(f"budget {budget} was not refused")
+                except ValueError as e:
+                    assert f"max_gpu_bytes={budget}" in str(e) and "needs" in str(e), e
+            middle = top.plain_gpu_bytes // 2
+            p = gb.plan(vae, z, middle)
+            if p.host_bytes:
+                try:
+                    gb.decode(vae, z, middle, max_host_bytes=p.host_bytes - 1)
+                    raise AssertionError("a host need above max_host_bytes was not refused")
+                except ValueError as e:
+                    assert f"max_host_bytes={p.host_bytes - 1}" in str(e) and str(p.host_bytes) in str(e), e
+            for wrong in (0, -5, 1.5, True, "8G", None):
+                try:
+                    gb.plan(vae, z, wrong)
+                    raise AssertionError(f"max_gpu_bytes={wrong!r} was taken")
+                except ValueError as e:
+                    assert "max_gpu_bytes must be a positive int" in str(e), e
+            try:
+                gb.plan(vae, z, 1 << 30, max_host_bytes=0)
+                raise AssertionError("max_host_bytes=0 was taken")
+            except ValueError as e:
+                assert "max_host_bytes must be a positive int" in str(e), e
+        assert not calls, "a refused decode did some work"
+        # A model it cannot run layer by layer is named, module and reason.
+        torch.manual_seed(0)
+        other = autoencoders.AutoencoderKL(**dict(TINY_2D, block_out_channels=(32, 64), layers_per_block=1)).eval()
+        other.decoder.up_blocks[0].resnets[0].conv1 = torch.nn.Conv2d(64, 64, 3, stride=2, padding=1)
+        try:
+            gb.plan(other, z, 1000)
+            raise AssertionError("an unsupported convolution was taken")
+        except ValueError as e:
+            assert "up_blocks.0.resnets.0.conv1" in str(e), e
+        try:
+            gb.plan(torch.nn.Linear(2, 2), z, 1000)
+            raise AssertionError("a Linear was taken for a VAE")
+        except ValueError as e:
+            assert "vae must be a diffusers AutoencoderKL or AutoencoderKLHunyuanVideo, got Linear" in str(e), e
+
+
+def test_the_plan_says_what_goes_where_before_the_work():
+    require()
+    with cpu_reference():
+        for name, vae, z in _models():
+            top = gb.plan(vae, z, 1 << 40)
+            p = gb.plan(vae, z, top.plain_gpu_bytes // 3)
+            text = str(p)
+            assert "layer by layer" in text and "host" in text and "rows a slab" in text, text
+            hosted = [a for a in p.activations.values() if a.where == "host"]
+            assert hosted, f"{name}: nothing on the host at a third of the whole decode's bytes"
+            # The host peak is the largest sum of host activations alive at once.
+            peak = max(sum(a.bytes for a in hosted if a.made_by <= i <= a.last_use) for i in range(len(p.layers)))
+            assert p.host_bytes == peak, (p.host_bytes, peak)
+            assert "whole decode (vae.decode)" in str(top)
+
+
+def test_hunyuan_decodes_make_no_causal_mask_and_leave_the_model_as_it_was():
+    require()
+    from diffusers.models.autoencoders import autoencoder_kl_hunyuan_video as hv
+    with cpu_reference():
+        name, vae, z = _models()[2]
+        whole = _whole(vae, z)
+        top = gb.plan(vae, z, 1 << 40)
+        with mock.patch.object(hv, "prepare_causal_attention_mask", side_effect=AssertionError("a mask was made")):
+            for budget in (1 << 40, top.plain_gpu_bytes // 2):
+                assert torch.equal(gb.decode(vae, z, budget, progress=False), whole), budget
+        assert all("forward" not in vars(m) for m in vae.modules()), "a forward was left behind"
+        # Inside slabs() (its patched mid-block forward): kept as it was.
+        with gc.slabs(vae.decoder, max_bytes=1 << 40):
+            patched = vars(vae.decoder.mid_block)["forward"]
+            gb.decode(vae, z, 1 << 40, progress=False)
+            assert vars(vae.decoder.mid_block)["forward"] is patched
+
+
+def test_a_failed_allocation_frees_what_it_took_and_the_next_decode_works():
+    require()
+    with cpu_reference():
+        name, vae, z = _models()[0]
+        whole = _whole(vae, z)
+        budget = gb.plan(vae, z, 1 << 40).plain_gpu_bytes // 3
+        empty = torch.empty
+        made = []
+
+        def failing(*args, **kwargs):  # the fifth activation the decode allocates
+            if "memory_format" in kwargs:
+                made.append(1)
+                if len(made) == 5:
+                    raise RuntimeError("CUDA error: out of memory (injected)")
+            return empty(*args, **kwargs)
+        with mock.patch.object(torch, "empty", failing):
+            try:
+                gb.decode(vae, z, budget, progress=False)
+                raise AssertionError("the injected failure did not come out")
+            except MemoryError as e:
+                assert "gnsilu.bounded: allocating" in str(e) and "injected" in str(e), e
+        assert torch.equal(gb.decode(vae, z, budget, progress=False), whole)
+
+
+def test_progress_bar():
+    """A tqdm bar over the plan's slabs (shown after 2 s), none with progress=False or for the plain decode."""
+    require()
+    try:
+        import tqdm.auto
+    except ImportError:
+        raise unittest.SkipTest("tqdm is not installed")
+    with cpu_reference():
+        name, vae, z = _models()[0]
+        budget = gb.plan(vae, z, 1 << 40).plain_gpu_bytes // 3
+        p = gb.plan(vae, z, budget)
+        bars = []
+        real = tqdm.auto.tqdm
+
+        def recording(*args, **kwargs):
+            bar = real(*args, **kwargs)
+            bars.append((kwargs, bar))
+            return bar
+        with mock.patch.object(tqdm.auto, "tqdm", recording):
+            gb.decode(vae, z, budget)
+            assert len(bars) == 1 and bars[0][0]["total"] == p.slabs and bars[0][0]["delay"] == 2.0, bars
+            assert bars[0][1].n == p.slabs
+            gb.decode(vae, z, budget, progress=False)
+            gb.decode(vae, z, 1 << 40)
+            assert len(bars) == 1, "a bar with progress=False, or for the plain decode"
+
+
+def _tests():
+    return [(name, f) for name, f in sorted(globals().items()) if name.startswith("test_") and callable(f)]
+
+
+def load_tests(loader, tests, pattern):
+    suite = unittest.TestSuite()
+    for name, test in _tests():
+        suite.addTest(unittest.FunctionTestCase(test, description=name))
+    return suite
+
+
+def main():
+    tests = _tests()
+    failed = skipped = 0
+    start = time.time()
+    for name, test in tests:
+        t = time.time()
+        try:
+            test()
+        except unittest.SkipTest as e:
+            skipped += 1
+            print(f"SKIP {name}: {e}")
+        except Exception as e:  # noqa: BLE001  (report every test)
+            failed += 1
+            import traceback
+            traceback.print_exc()
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+        else:
+            print(f"ok   {name} ({time.time() - t:.2f} s)")
+    print(f"{len(tests)} tests, {failed} failed, {skipped} skipped, {time.time() - start:.1f} s")
+    if failed:
+        return 1
+    if skipped and os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1":
+        print(f"test_bounded: FAILED: {skipped} tests skipped under GNSILU_TEST_REQUIRE_TORCH=1")
+        return 1
+    if skipped == len(tests):
+        print("test_bounded: skipped: every test skipped")
+        return 77
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
