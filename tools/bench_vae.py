@@ -4,6 +4,7 @@
     GNSILU_LIBRARY=build/libgnsilu.so python3 tools/bench_vae.py [--cases flux-512,flux-1024,hunyuan-video]
         [--modes eager,eager+gnsilu,compile,compile+gnsilu] [--layouts nchw,channels_last] [--runs 10]
         [--no-profile] [--memory-breakdown] [--no-exact] [--dtype bfloat16] [--json results.json]
+        [--max-gpu-bytes 8589934592] [--device-memory] [--exact-bounded]
 
 Models, built from config dicts with random weights (seeded; no model hub):
   flux-512, flux-1024  diffusers.AutoencoderKL with the Flux VAE configuration (block_out_channels 128/256/512/512,
@@ -14,7 +15,9 @@ Models, built from config dicts with random weights (seeded; no model hub):
 Modes: eager; eager+gnsilu (gnsilu.torch.swap_group_norm_silu on a copy); compile (torch.compile of the decode);
 compile+gnsilu (the swapped copy compiled: gnsilu's op stands in Inductor's graph); any of them with +slabs (whole
 activations, convolutions and upsamplers in slabs of rows: gnsilu.chunked, --slab-bytes) or +tiled (diffusers'
-enable_tiling). Cases also flux-2048 (a 1x16x256x256 latent), and the other diffusers VAEs with GroupNorm in
+enable_tiling); eager modes with +bounded (gnsilu.bounded.decode within --max-gpu-bytes besides the weights: the
+row prints its plan's host bytes and slabs). Cases also flux-2048, flux-4096 and flux-8192 (1x16x256x256,
+1x16x512x512 and 1x16x1024x1024 latents), and the other diffusers VAEs with GroupNorm in
 their default configurations (VIDEO_CASES): mochi (latent 1x12x3x32x32), magvit, kvae-video, cogvideox, cosmos
 (1x16x3x32x32), svd (AutoencoderKLTemporalDecoder, 4x4x32x32 decoded as 4 frames), allegro (1x4x4x32x32, through
 its decoder: its decode() runs only by tiles; no +tiled rows) and hunyuan-image (HunyuanImage 2.1's configuration,
@@ -23,7 +26,11 @@ Layouts: nchw (contiguous) and channels_last (model and latent in torch.channels
 For each row: median ms of --runs decodes (CUDA events around each decode, after warm-up; the compile time of the
 first call is printed apart, and for compiled rows the graphs Dynamo compiled and its graph breaks with their
 most frequent reasons), peak memory allocated during the decodes, the relative L2 error against a float32
-decode of the same weights (eager, NCHW, computed once), and unless --no-profile a kernel-time breakdown of one
+decode of the same weights (eager, NCHW, computed once; with --exact-bounded that float32 decode runs through
+gnsilu.bounded in --max-gpu-bytes, for decodes whose float32 whole decode does not fit), with --device-memory the
+device's used memory at its peak during the timed decodes (torch.cuda.mem_get_info every millisecond, from a thread:
+what nvidia-smi shows, the CUDA context and every library's allocations included) and the allocator's reserved peak,
+and unless --no-profile a kernel-time breakdown of one
 decode from torch.profiler (ms a decode): convolutions, cuDNN's layout transposes, PyTorch / Inductor GroupNorm,
 gnsilu, attention, matrix products, elementwise and other kernels, then the elementwise kernels that took the most
 time, by short name (PyTorch's functor, e.g. CUDAFunctor_add for residual additions, or Inductor's fused kernel
@@ -119,7 +126,8 @@ def build(case, args, torch):
     full = args.device == "cuda" or getattr(args, "full_size", False)
     if case.startswith("flux"):
         vae = diffusers.AutoencoderKL(**FLUX_VAE)
-        side = {"flux-512": 64, "flux-1024": 128, "flux-2048": 256}[case] if full else 8
+        side = {"flux-512": 64, "flux-1024": 128, "flux-2048": 256, "flux-4096": 512, "flux-8192": 1024}[case] \
+            if full else 8
         shape = (1, 16, side, side)
     elif case == "hunyuan-video":
         vae = diffusers.AutoencoderKLHunyuanVideo()
@@ -265,6 +273,9 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
     extra = decode_kwargs(case, latent)
 
     def plain_decode(value):
+        if "+bounded" in mode:  # in a GPU budget, layer by layer (gnsilu.bounded)
+            import gnsilu.bounded as gb
+            return gb.decode(model, value, args.max_gpu_bytes, progress=False)
         if "+slabs" in mode:  # whole activations, convolutions and upsamplers in slabs of rows (gnsilu.chunked)
             import gnsilu.chunked as gc
             with gc.slabs(model.decoder, max_bytes=args.slab_bytes):
@@ -290,17 +301,21 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
         for _ in range(args.warmup):
             decode(z)
         times = []
+        device_used = reserved = float("nan")
         if args.device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-            for _ in range(args.runs):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                decode(z)
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
+            with DeviceMemoryPoller(torch, args.device_memory) as poller:
+                for _ in range(args.runs):
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    decode(z)
+                    end.record()
+                    end.synchronize()
+                    times.append(start.elapsed_time(end))
             peak = torch.cuda.max_memory_allocated() / 2**30
+            reserved = torch.cuda.max_memory_reserved() / 2**30
+            device_used = poller.peak_gib
         else:
             for _ in range(args.runs):
                 begin = time.perf_counter()
@@ -322,13 +337,51 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
         memory = None
         if args.memory_breakdown and args.device == "cuda" and not mode.startswith("compile"):
             memory = memory_breakdown(torch, model, decode, z)
+    bounded = None
+    if "+bounded" in mode:
+        import gnsilu.bounded as gb
+        p = gb.plan(model, z, args.max_gpu_bytes)
+        bounded = {"plain": p.plain, "host_gib": p.host_bytes / 2**30, "slabs": p.slabs,
+                   "model_gpu_gib": p.gpu_bytes / 2**30, "budget_gib": args.max_gpu_bytes / 2**30}
+    weights = sum(t.numel() * t.element_size() for t in model.parameters()) / 2**30
     return {"mode": mode, "layout": layout, "ms": statistics.median(times), "peak_gib": peak,
+            "reserved_gib": reserved, "device_used_gib": device_used, "weights_gib": weights, "bounded": bounded,
             "relative_l2": error, "out": out.float(), "compile_s": compile_s, "kernels_ms": kernels,
             "elementwise_top_ms": elementwise, "host_waits": waits, "host_top_ms": host_top,
             "dynamo": dynamo,
             "swapped": None if swapped is None else {"pairs": swapped.pairs, "plain": swapped.plain,
                                                      "padded": swapped.padded, "biases_moved": swapped.biases_moved},
             "output_shape": list(out.shape), "memory": memory}
+
+
+class DeviceMemoryPoller:
+    """With `enabled`: the device's used memory (total - free, torch.cuda.mem_get_info) at its peak, read every
+    millisecond by a thread while the block runs."""
+
+    def __init__(self, torch, enabled):
+        self.torch, self.enabled, self.peak_gib = torch, enabled, float("nan")
+
+    def __enter__(self):
+        if self.enabled:
+            import threading
+            self.stop = threading.Event()
+            self.peak = 0
+
+            def poll():
+                while not self.stop.is_set():
+                    free, total = self.torch.cuda.mem_get_info()
+                    self.peak = max(self.peak, total - free)
+                    self.stop.wait(0.001)
+            self.thread = threading.Thread(target=poll, daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.stop.set()
+            self.thread.join()
+            self.peak_gib = self.peak / 2**30
+        return False
 
 
 def write_json(path, rows):
@@ -349,6 +402,12 @@ def main():
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--hunyuan-latent", default="3,40,64", help="T,H,W of the HunyuanVideo latent "
                         "(9,60,104: 33 frames of 480x832)")
+    parser.add_argument("--max-gpu-bytes", type=int, default=8 << 30,
+                        help="modes with +bounded: the GPU budget besides the weights (gnsilu.bounded.decode)")
+    parser.add_argument("--device-memory", action="store_true",
+                        help="poll the device's used memory during the timed decodes (a thread, every ms)")
+    parser.add_argument("--exact-bounded", action="store_true",
+                        help="the float32 reference decoded by gnsilu.bounded within --max-gpu-bytes (swapped model)")
     parser.add_argument("--slab-bytes", type=int, default=512 << 20,
                         help="modes with +slabs: the largest slab output of a convolution or upsampler")
     parser.add_argument("--compile-mode", default=None, help="torch.compile's mode (default: its default)")
@@ -386,7 +445,15 @@ def main():
         exact = None
         if args.exact:
             with torch.inference_mode():
-                exact = decode_with(case, vae, latent, decode_kwargs(case, latent)).float().clone()
+                if args.exact_bounded:
+                    import gnsilu.bounded as gb
+                    import gnsilu.torch as gt
+                    reference = copy.deepcopy(vae)
+                    gt.swap_group_norm_silu(reference)
+                    exact = gb.decode(reference, latent, args.max_gpu_bytes, progress=False).float().clone()
+                    del reference
+                else:
+                    exact = decode_with(case, vae, latent, decode_kwargs(case, latent)).float().clone()
             if not bool(torch.isfinite(exact).all()):
                 print(f"bench_vae: {case}: the float32 reference holds "
                       f"{int((~torch.isfinite(exact)).sum())} NaN or Inf of {exact.numel()}", flush=True)
@@ -402,7 +469,13 @@ def main():
                       f"than its decoder; rows here time the decoder)", flush=True)
                 continue
             for layout in layouts:
-                row = run_row(torch, args, vae_run, latent, mode, layout, exact, case)
+                try:
+                    row = run_row(torch, args, vae_run, latent, mode, layout, exact, case)
+                except ValueError as e:
+                    if "+bounded" not in mode or "gnsilu.bounded" not in str(e):
+                        raise
+                    print(f"{case:14} {mode:15} {layout:14} refused: {e}", flush=True)  # a budget it cannot meet
+                    continue
                 out = row.pop("out")
                 if first_out is None:
                     first_out = out
@@ -431,6 +504,15 @@ def main():
                     detail += "  host self ms: " + ", ".join(f"{k[:40]} {v:.2f}" for k, v in row["host_top_ms"])
                 top = "" if not row["elementwise_top_ms"] else "  elementwise: " + ", ".join(
                     f"{name} {ms:.2f}" for name, ms in row["elementwise_top_ms"])
+                if row["bounded"] is not None:
+                    b = row["bounded"]
+                    detail += (f"  bounded: {b['budget_gib']:.2f} GiB budget, "
+                               + ("the whole decode" if b["plain"] else
+                                  f"{b['slabs']} slabs, host {b['host_gib']:.2f} GiB, "
+                                  f"model {b['model_gpu_gib']:.2f} GiB"))
+                if row["device_used_gib"] == row["device_used_gib"]:  # not NaN
+                    detail += f"  device used {row['device_used_gib']:.2f} GiB, reserved {row['reserved_gib']:.2f}"
+                detail += f"  weights {row['weights_gib']:.2f} GiB"
                 print(f"{case:14} {mode:15} {layout:14} {row['ms']:9.2f} ms  peak {row['peak_gib']:6.2f} GiB  "
                       f"rel L2 {row['relative_l2']:.2e} (to the first row {row['relative_l2_to_first']:.2e}){swapped}"
                       f"{compiled}{detail}{memory}{top}", flush=True)
