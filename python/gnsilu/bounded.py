@@ -29,10 +29,11 @@ The plan (gnsilu.bounded.plan): each activation's bytes and life; the slab heigh
 working set (its input rows with halo, their normalized and padded copies, its output rows, in proportion) is a
 share of the budget; which activations stay on the GPU (the smaller ones, while the GPU's total at every layer, with
 the working set and a reserve for the convolutions' workspaces, stays under max_gpu_bytes), the others in host
-memory; the host bytes that takes at its peak. A budget below the smallest working set (two rows a slab, everything
-else on the host) is refused before any work with the bytes it needs, as is a host need above max_host_bytes. Where
-the model says the whole decode fits max_gpu_bytes, decode() is vae.decode() itself. The model's weights are not
-counted in the budget.
+memory (laid out with the height outermost, so that a slab of rows is one block to copy); the host bytes that
+takes at its peak. A budget below the smallest working set (two rows a slab, everything else on the host) is refused
+before any work with the smallest budget that works, as is a host need above max_host_bytes. Where the model says
+the whole decode fits max_gpu_bytes, decode() is vae.decode() itself. The model's weights are not counted in the
+budget.
 """
 import contextlib
 import dataclasses
@@ -594,14 +595,16 @@ class _Decode:
 
     def whole(self, name):
         t = self.tensors[name]
-        return t if t.device == self.device else t.to(self.device)
+        if self.plan.activations[name].where == "host":
+            t = t.to(self.device).contiguous(memory_format=self.memory_format)
+        return t
 
     def rows(self, name, lo, hi):
         t = self.tensors[name]
         start, stop = max(lo, 0), min(hi, t.shape[-2])
         part = t[..., start:stop, :]
-        if part.device != self.device:
-            part = part.to(self.device, non_blocking=self.pin)
+        if self.plan.activations[name].where == "host":  # one block of host memory (_host_tensor), then the
+            part = part.to(self.device, non_blocking=self.pin).contiguous(memory_format=self.memory_format)  # layout
         return part, start, stop
 
     def records(self, name):
@@ -610,8 +613,9 @@ class _Decode:
     def allocate(self, a):
         on_host = a.where == "host"
         try:
-            return torch.empty(a.shape, dtype=a.dtype, device="cpu" if on_host else self.device,
-                               pin_memory=on_host and self.pin, memory_format=self.memory_format)
+            if on_host:
+                return _host_tensor(a.shape, a.dtype, self.pin)
+            return torch.empty(a.shape, dtype=a.dtype, device=self.device, memory_format=self.memory_format)
         except RuntimeError as e:
             where = "pinned host memory" if on_host else "GPU memory"
             raise MemoryError(f"gnsilu.bounded: allocating {a.name} ({a.bytes} bytes of {where}) failed: {e}") from e
@@ -620,7 +624,10 @@ class _Decode:
         if a.groups:
             s = _api.group_stats(y, a.groups)
             self.merged[a.name] = s if a.name not in self.merged else self.merged[a.name] + s
-        out[..., r0:r0 + y.shape[-2], :].copy_(y, non_blocking=self.pin and out.device.type == "cpu")
+        dst = out[..., r0:r0 + y.shape[-2], :]
+        if a.where == "host":  # the slab in the host tensor's order on the GPU first: then one block to copy
+            y = torch.empty_strided(dst.shape, dst.stride(), dtype=y.dtype, device=y.device).copy_(y)
+        dst.copy_(y, non_blocking=self.pin and a.where == "host")
 
     def run(self, layer, progress):
         a = self.plan.activations[layer.output]
@@ -643,6 +650,16 @@ class _Decode:
             if a.last_use == index and name in self.tensors and name != self.plan.layers[-1].output:
                 del self.tensors[name]
                 self.merged.pop(name, None)
+
+
+def _host_tensor(shape, dtype, pin):
+    """An activation in host memory, laid out with the height outermost after the batch ((N, H, the rest) in memory):
+    a slab of rows is then one block per sample, which one copy moves at the link's speed (a row slab of an NCHW
+    tensor is C pieces)."""
+    order = [0, len(shape) - 2] + [d for d in range(1, len(shape)) if d != len(shape) - 2]
+    storage = torch.empty([shape[d] for d in order], dtype=dtype, device="cpu", pin_memory=pin)
+    inverse = [order.index(d) for d in range(len(shape))]
+    return storage.permute(inverse)
 
 
 @contextlib.contextmanager
