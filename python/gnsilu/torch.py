@@ -66,7 +66,8 @@ from ._api import group_norm, layout_of
 from ._checks import _padded_shape
 from ._errors import LibraryNotFoundError, UnsupportedDeviceError
 
-__all__ = ["GroupNormSiLU", "GroupNorm", "FrameGroupNorm", "FrameGroupNormContiguous", "SwapCounts", "swap_group_norm_silu", "OP_SCHEMA"]
+__all__ = ["GroupNormSiLU", "GroupNorm", "FrameGroupNorm", "FrameGroupNormContiguous", "SwapCounts", "swap_group_norm_silu",
+           "OP_SCHEMA", "inductor_pass", "enable_inductor_pass"]
 
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _HANDOFF = "_gnsilu_handoff"  # on a _SiLUAfterGroupNormSiLU: the tensor its GroupNormSiLU just returned (case b)
@@ -1105,3 +1106,7 @@ def swap_group_norm_silu(module, *, plain=True, return_counts=False, fuse_pad=Tr
             if isinstance(m, (GroupNormSiLU, GroupNorm)) and not hasattr(m, "_gnsilu_name"):
                 object.__setattr__(m, "_gnsilu_name", f"{type(module).__name__}.{name}" if name else type(m).__name__)
     return counts if return_counts else counts.pairs
+
+
+# The graph pass for torch.compile (gnsilu/_inductor_pass.py): after the operators are registered above.
+from ._inductor_pass import enable_inductor_pass, inductor_pass  # noqa: E402

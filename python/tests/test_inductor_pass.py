@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""gnsilu's graph pass for torch.compile (gnsilu.torch.inductor_pass, gnsilu/_inductor_pass.py) on CPU: what it
+matches and replaces in small models compiled by Inductor's CPU backend (the pass told to take CPU tensors, where
+gnsilu's ops run PyTorch's), the ops before and after, the numerics, its decisions and their log lines, the swap and
+the pass together, its uuid and the cache keys. Needs PyTorch (skipped without).
+
+    PYTHONPATH=python python3 python/tests/test_inductor_pass.py
+"""
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+import time
+import unittest
+from unittest import mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+    import gnsilu.torch as gt
+    from gnsilu import _inductor_pass as ip
+except ImportError as error:
+    torch = None
+    MISSING = f"needs PyTorch ({type(error).__name__}: {error})"
+    if __name__ == "__main__":
+        if os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1":
+            print(f"test_inductor_pass: FAILED: GNSILU_TEST_REQUIRE_TORCH=1 but {MISSING}")
+            sys.exit(1)
+        print(f"test_inductor_pass: skipped: {MISSING}")
+        sys.exit(77)
+    if "pytest" in sys.modules:
+        raise unittest.SkipTest(MISSING)
+
+
+def require():
+    if torch is None:
+        raise unittest.SkipTest(MISSING)
+
+
+class Block(nn.Module):
+    """conv -> GroupNorm -> SiLU -> replicate pad -> conv, then GroupNorm -> SiLU of that, plus a plain GroupNorm of the
+    input: the pass's three kinds of match and both moves of a convolution's bias."""
+
+    def __init__(self, channels=16, groups=4):
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.norm1 = nn.GroupNorm(groups, channels)
+        self.act = nn.SiLU()
+        self.conv1 = nn.Conv2d(channels, channels, 3)
+        self.norm2 = nn.GroupNorm(groups, channels)
+        self.norm3 = nn.GroupNorm(groups, channels, affine=False)
+
+    def forward(self, x):
+        h = self.conv1(F.pad(self.act(self.norm1(self.conv0(x))), (1, 1, 1, 1), mode="replicate"))
+        return F.silu(self.norm2(h)) + self.norm3(x)
+
+
+class CapturingPass(ip.GnsiluPass if torch is not None else object):
+    """gnsilu's pass that also keeps the call targets of each graph as it left it (it pickles as the pass does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.graphs = []
+        self.biases = []  # of the last graph's convolutions: None, or "a bias"
+
+    def __call__(self, graph):
+        super().__call__(graph)
+        calls = [n for n in graph.nodes if n.op == "call_function"]
+        self.graphs.append([n.target for n in calls])
+        self.biases = [None if n.args[2] is None else "a bias" for n in calls if n.target is torch.conv2d]
+        return graph
+
+
+@contextlib.contextmanager
+def compiled_with_pass():
+    """Inductor with gnsilu's pass (a CapturingPass) taking CPU tensors."""
+    p = CapturingPass()
+    torch._dynamo.reset()
+    with mock.patch.object(ip, "_DEVICE_TYPES", ("cpu",)), torch._inductor.config.patch(pre_grad_custom_pass=p), \
+            torch.no_grad():
+        yield p
+    torch._dynamo.reset()
+
+
+def gnsilu_ops(targets):
+    """How many of the targets are gnsilu's ops (the packet Dynamo records, or an overload the pass inserts)."""
+    ops = (torch.ops.gnsilu.group_norm, torch.ops.gnsilu.group_norm.default, torch.ops.gnsilu.group_norm_padded,
+           torch.ops.gnsilu.group_norm_padded.default)
+    return sum(1 for t in targets if any(t is op for op in ops))
+
+
+class LogLines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def logged():
+    handler = LogLines()
+    logger = logging.getLogger("gnsilu.inductor")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler.lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def test_matches_replaced_ops_gone_numerics_kept():
+    """Every match of the block replaced: GroupNorm+SiLU+pad by the padded op (the pad gone), GroupNorm+SiLU by the
+    op with activation "silu", the plain GroupNorm by activation "none"; both convolutions before a GroupNorm lose
+    their bias to the op's input bias. No F.group_norm, F.silu or pad is left; the output is the block's within FP32
+    rounding (the moved bias is added by the norm: one more rounding), in both layouts."""
+    require()
+    torch.manual_seed(0)
+    block = Block().eval()
+    for layout in (torch.contiguous_format, torch.channels_last):
+        x = (torch.randn(2, 16, 10, 6) * 3 + 1).contiguous(memory_format=layout)
+        with compiled_with_pass() as p, logged() as lines:
+            y = torch.compile(block, fullgraph=True)(x)
+            counts, after = dict(p.counts), p.graphs[0]
+        assert counts == {"replaced": 3, "kept": 0, "padded": 1, "input_bias": 2}, counts
+        assert F.group_norm not in after and F.silu not in after, after
+        assert not any(t in ip._PADS for t in after), after
+        assert after.count(torch.ops.gnsilu.group_norm.default) == 2, after
+        assert after.count(torch.ops.gnsilu.group_norm_padded.default) == 1, after
+        assert after.count(torch.conv2d) == 2
+        assert p.biases == [None, None], "a convolution kept the bias the op took"
+        assert len([line for line in lines if line.startswith("gnsilu.inductor: replaced")]) == 3, lines
+        with torch.no_grad():
+            expected = block(x)
+        error = ((y - expected).norm() / expected.norm()).item()
+        assert error < 1e-6, f"{layout}: relative L2 {error:.3g}"
+
+
+def test_decisions_follow_the_rule_and_say_why():
+    """decide() on fake CUDA tensors: channels-last replaced at any size; channel-major replaced below
+    NCHW_MAX_BYTES with at least MIN_GROUPS groups, kept above or with one group; CPU tensors, float64 and tensors
+    in neither layout kept; each with its reason. Through the pass: a kept match is logged and left as it was."""
+    require()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        big = torch.empty(4, 128, 1024, 1024, dtype=torch.bfloat16, device="cuda")  # 1 GiB
+        small = torch.empty(1, 512, 64, 64, dtype=torch.float16, device="cuda")
+        cases = [
+            (big, 32, False, "MiB in channel-major layout"),
+            (big.to(memory_format=torch.channels_last), 32, True, "channels-last"),
+            (small, 32, True, "channel-major, 4 MiB, 32 groups"),
+            (small, 1, False, "1 group"),
+            (small.to(torch.float64), 32, False, "torch.float64"),
+            (small.transpose(2, 3), 32, False, "neither layout"),
+            (torch.empty(1, 32, 8, 8, device="cpu"), 8, False, "on cpu"),
+        ]
+        for x, groups, replace, reason in cases:
+            got, why = ip.decide(x, groups, "silu", False)
+            assert got == replace and reason in why, (tuple(x.shape), x.dtype, groups, got, why)
+    torch.manual_seed(0)
+    block = Block(groups=1).eval()  # one group: every match kept
+    x = torch.randn(2, 16, 10, 6)
+    with compiled_with_pass() as p, logged() as lines:
+        y = torch.compile(block, fullgraph=True)(x)
+        counts = dict(p.counts)
+    assert counts == {"replaced": 0, "kept": 3, "padded": 0, "input_bias": 0}, counts
+    assert p.graphs[0].count(F.group_norm) == 3
+    kept = [line for line in lines if line.startswith("gnsilu.inductor: kept")]
+    assert len(kept) == 3 and all("1 group in channel-major layout" in line for line in kept), lines
+    with torch.no_grad():
+        assert torch.equal(y, torch.compile(block)(x)) or ((y - block(x)).norm() / block(x).norm()) < 1e-6
+
+
+def test_a_swapped_model_gets_no_second_replacement():
+    """swap_group_norm_silu puts gnsilu's op in the graph where it proves a pair and for every plain GroupNorm; the
+    pass then finds no GroupNorm to replace, and the graph holds exactly the swap's ops."""
+    require()
+    torch.manual_seed(0)
+    block = Block().eval()
+    x = torch.randn(2, 16, 10, 6)
+    counts = gt.swap_group_norm_silu(block, return_counts=True)
+    with mock.patch.object(gt, "_DEVICE_TYPES", ("cpu",)), compiled_with_pass() as p:
+        torch.compile(block, fullgraph=True)(x)
+        replaced, after = dict(p.counts), p.graphs[0]
+    assert replaced["replaced"] == 0 and replaced["kept"] == 0, replaced
+    assert gnsilu_ops(after) == counts.pairs + counts.plain, (after, counts)
+    assert F.group_norm not in after
+
+
+def test_uuid_names_the_code_and_the_rule_and_enabling_chains():
+    require()
+    p = gt.inductor_pass()
+    assert p is gt.inductor_pass()
+    first = p.uuid()
+    assert first == p.uuid() and len(first) == 64
+    with mock.patch.object(ip, "NCHW_MAX_BYTES", 1 << 20):
+        assert p.uuid() != first
+    with mock.patch.object(ip, "MIN_GROUPS", 4):
+        assert p.uuid() != first
+    import torch._inductor.config as inductor_config
+    with inductor_config.patch(pre_grad_custom_pass=None):
+        assert gt.enable_inductor_pass() is p and inductor_config.pre_grad_custom_pass is p
+        gt.enable_inductor_pass()
+        assert inductor_config.pre_grad_custom_pass is p  # once
+    seen = []
+
+    def theirs(graph):
+        seen.append(graph)
+    with inductor_config.patch(pre_grad_custom_pass=theirs):
+        gt.enable_inductor_pass()
+        chained = inductor_config.pre_grad_custom_pass
+        assert chained is not p and chained.first is theirs and chained.second is p
+        gt.enable_inductor_pass()
+        assert inductor_config.pre_grad_custom_pass is chained
+        graph = torch.fx.Graph()
+        graph.output(graph.placeholder("x"))
+        chained(graph)
+        assert seen == [graph]
+
+
+def test_cache_keys_follow_the_decisions():
+    """Inductor's FX graph cache (and AOT autograd's) key the graph as the pass left it: the same decisions hit the
+    cache, other decisions (a rule that keeps every match) miss it and compile the graph without gnsilu's ops."""
+    require()
+    from torch._dynamo.utils import counters
+    torch.manual_seed(0)
+    block = Block().eval()
+    x = torch.randn(2, 16, 10, 6)
+    with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {"TORCHINDUCTOR_CACHE_DIR": cache}), \
+            torch._inductor.config.patch(fx_graph_cache=True, fx_graph_remote_cache=False):
+        results = []
+        for min_groups in (2, 2, 8):  # replace, replace again, keep (4 groups < 8)
+            counters.clear()
+            with mock.patch.object(ip, "MIN_GROUPS", min_groups), compiled_with_pass() as p:
+                out = torch.compile(block, fullgraph=True)(x)
+                results.append((dict(p.counts), counters["inductor"]["fxgraph_cache_hit"], gnsilu_ops(p.graphs[0]),
+                                out))
+        (c1, hit1, ops1, y1), (c2, hit2, ops2, y2), (c3, hit3, ops3, y3) = results
+        assert c1["replaced"] == 3 and c2["replaced"] == 3 and c3["kept"] == 3, (c1, c2, c3)
+        assert hit1 == 0 and hit2 >= 1 and hit3 == 0, (hit1, hit2, hit3)
+        assert ops1 == ops2 == 3 and ops3 == 0, (ops1, ops2, ops3)
+        assert torch.equal(y1, y2)
+
+
+def _tests():
+    return [(name, f) for name, f in sorted(globals().items()) if name.startswith("test_") and callable(f)]
+
+
+def load_tests(loader, tests, pattern):
+    suite = unittest.TestSuite()
+    for name, test in _tests():
+        suite.addTest(unittest.FunctionTestCase(test, description=name))
+    return suite
+
+
+def main():
+    tests = _tests()
+    failed = skipped = 0
+    start = time.time()
+    torch_threads = None
+    if torch is not None:
+        torch_threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+    for name, test in tests:
+        t = time.time()
+        try:
+            test()
+        except unittest.SkipTest as e:
+            skipped += 1
+            print(f"SKIP {name}: {e}")
+        except Exception as e:  # noqa: BLE001  (report every test)
+            failed += 1
+            import traceback
+            traceback.print_exc()
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+        else:
+            print(f"ok   {name} ({time.time() - t:.2f} s)")
+    if torch_threads is not None:
+        torch.set_num_threads(torch_threads)
+    print(f"{len(tests)} tests, {failed} failed, {skipped} skipped, {time.time() - start:.1f} s")
+    if failed:
+        return 1
+    if skipped and os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1":
+        print(f"test_inductor_pass: FAILED: {skipped} tests skipped under GNSILU_TEST_REQUIRE_TORCH=1")
+        return 1
+    if skipped == len(tests):
+        print("test_inductor_pass: skipped: every test skipped")
+        return 77
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
