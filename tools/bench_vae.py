@@ -13,7 +13,8 @@ Models, built from config dicts with random weights (seeded; no model hub):
   hunyuan-video        diffusers.AutoencoderKLHunyuanVideo (its default configuration) decoding a 1x16x3x40x64
                        latent to 9 frames of 320x512 (--hunyuan-latent T,H,W for another clip).
 Modes: eager; eager+gnsilu (gnsilu.torch.swap_group_norm_silu on a copy); compile (torch.compile of the decode);
-compile+gnsilu (the swapped copy compiled: gnsilu's op stands in Inductor's graph); any of them with +slabs (whole
+compile+gnsilu (the swapped copy compiled: gnsilu's op stands in Inductor's graph); compile+pass (compiled with
+gnsilu's Inductor pass, gnsilu.torch.enable_inductor_pass, no swap: the row prints what it replaced and kept); any of them with +slabs (whole
 activations, convolutions and upsamplers in slabs of rows: gnsilu.chunked, --slab-bytes) or +tiled (diffusers'
 enable_tiling); eager modes with +bounded (gnsilu.bounded.decode within --max-gpu-bytes besides the weights: the
 row prints its plan's host bytes and slabs). Cases also flux-2048, flux-4096 and flux-8192 (1x16x256x256,
@@ -290,7 +291,7 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
         from torch._dynamo.utils import counters as dynamo_counters
         dynamo_counters.clear()
         decode = torch.compile(plain_decode, mode=args.compile_mode)
-    with torch.inference_mode():
+    with torch.inference_mode(), PassDecisions(torch, "+pass" in mode) as decisions:
         begin = time.perf_counter()
         out = decode(z)
         if args.device == "cuda":
@@ -348,10 +349,56 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
             "reserved_gib": reserved, "device_used_gib": device_used, "weights_gib": weights, "bounded": bounded,
             "relative_l2": error, "out": out.float(), "compile_s": compile_s, "kernels_ms": kernels,
             "elementwise_top_ms": elementwise, "host_waits": waits, "host_top_ms": host_top,
-            "dynamo": dynamo,
+            "dynamo": dynamo, "pass": decisions.summary(),
             "swapped": None if swapped is None else {"pairs": swapped.pairs, "plain": swapped.plain,
                                                      "padded": swapped.padded, "biases_moved": swapped.biases_moved},
             "output_shape": list(out.shape), "memory": memory}
+
+
+class PassDecisions:
+    """With `enabled`: gnsilu's Inductor pass set for the block (torch._inductor.config.pre_grad_custom_pass, the
+    setting before it restored after), and its decisions (log lines of the logger "gnsilu.inductor") collected."""
+
+    def __init__(self, torch, enabled):
+        self.torch, self.enabled, self.lines = torch, enabled, []
+
+    def __enter__(self):
+        if self.enabled:
+            import logging
+            import torch._inductor.config as inductor_config
+            import gnsilu.torch as gt
+            self.config, self.before = inductor_config, inductor_config.pre_grad_custom_pass
+            inductor_config.pre_grad_custom_pass = None
+            gt.enable_inductor_pass()
+            lines = self.lines
+
+            class Collect(logging.Handler):
+                def emit(self, record):
+                    lines.append(record.getMessage())
+            self.handler, self.log = Collect(level=logging.INFO), logging.getLogger("gnsilu.inductor")
+            self.level = self.log.level
+            self.log.setLevel(logging.INFO)
+            self.log.addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.config.pre_grad_custom_pass = self.before
+            self.log.removeHandler(self.handler)
+            self.log.setLevel(self.level)
+        return False
+
+    def summary(self):
+        """None without the pass; else replaced and kept counts and each distinct decision with its count."""
+        if not self.enabled:
+            return None
+        kinds = {}
+        for line in self.lines:
+            text = line.replace("gnsilu.inductor: ", "")
+            kinds[text] = kinds.get(text, 0) + 1
+        return {"replaced": sum(n for t, n in kinds.items() if t.startswith("replaced")),
+                "kept": sum(n for t, n in kinds.items() if t.startswith("kept")),
+                "decisions": sorted(kinds.items(), key=lambda kv: -kv[1])}
 
 
 class DeviceMemoryPoller:
@@ -510,6 +557,11 @@ def main():
                                + ("the whole decode" if b["plain"] else
                                   f"{b['slabs']} slabs, host {b['host_gib']:.2f} GiB, "
                                   f"model {b['model_gpu_gib']:.2f} GiB"))
+                if row["pass"] is not None:
+                    detail += f"  pass: replaced {row['pass']['replaced']}, kept {row['pass']['kept']}"
+                    kept = [f"{n}x {t[5:90]}" for t, n in row["pass"]["decisions"] if t.startswith("kept")][:3]
+                    if kept:
+                        detail += " (" + "; ".join(kept) + ")"
                 if row["device_used_gib"] == row["device_used_gib"]:  # not NaN
                     detail += f"  device used {row['device_used_gib']:.2f} GiB, reserved {row['reserved_gib']:.2f}"
                 detail += f"  weights {row['weights_gib']:.2f} GiB"
