@@ -46,13 +46,16 @@ from torch import nn
 from . import _api
 from . import chunked as _chunked
 
-__all__ = ["plan", "decode", "Plan", "Layer", "Activation"]
+__all__ = ["plan", "decode", "last_counts", "Plan", "Layer", "Activation"]
 
 # Working-set model of a layer (bytes a slab holds on the GPU, as multiples of its rows' bytes): each input's rows
 # with their halo are fetched (host activations), normalized and padded (3 copies); the output rows are made and
-# summed with a residual (2 copies); an upsampling layer holds its input rows upsampled besides.
+# summed with a residual (2 copies); an upsampling layer holds its input rows upsampled besides. An input in host
+# memory holds one more copy (the next slab's rows, fetched while this one is computed), and so does an output that
+# goes to host memory (the slab being copied out while the next is made).
 _INPUT_COPIES = 3
 _OUTPUT_COPIES = 2
+_OVERLAP_COPIES = 1
 # Of the budget, the share a slab's working set may take, and the share kept for what the model does not count
 # (cuDNN's workspaces, the allocator's rounding).
 _SLAB_SHARE = 0.25
@@ -214,26 +217,41 @@ class _Builder:
 
 # Each layer's run: a function (decode, output rows r0..r1) -> those rows on the GPU, or for a whole layer (decode) ->
 # the whole output. `decode.rows(name, lo, hi)` gives an input's rows [max(lo, 0), min(hi, height)) on the GPU with
-# (start, stop); `decode.records(name)` its merged records.
+# (start, stop); `decode.records(name)` its merged records. A slab layer's run also says which input rows a slab will
+# ask for (run.needs(decode, r0, r1): [(name, lo, hi)], from the same arithmetic), so that the next slab's rows in host
+# memory are fetched while this one is computed.
+class _Run:
+    def __init__(self, run, needs):
+        self.run, self.needs = run, needs
+
+    def __call__(self, d, r0, r1):
+        return self.run(d, r0, r1)
+
+
+def _row_window(ph, reach):
+    """The input rows [lo, hi) that output rows [r0, r1) of a stride-1 convolution read (padding rows included)."""
+    return lambda r0, r1: (r0 - ph, r1 - ph + reach)
+
+
 def _conv2d_run(conv, source):
-    ph, reach = _chunked._reach(conv)
+    window = _row_window(*_chunked._reach(conv))
 
     def run(d, r0, r1):
-        lo, hi = r0 - ph, r1 - ph + reach
+        lo, hi = window(r0, r1)
         x, start, stop = d.rows(source, lo, hi)
         return _chunked._conv_slab(conv, _chunked._pad_rows(x, start - lo, hi - stop, "zeros"))
-    return run
+    return _Run(run, lambda d, r0, r1: [(source, *window(r0, r1))])
 
 
 def _causal_run(causal, source):
-    ph, reach = _causal_reach(causal)
+    window = _row_window(*_causal_reach(causal))
     pw, _, _, _, pt, pt2 = causal.time_causal_padding
 
     def run(d, r0, r1):
-        lo, hi = r0 - ph, r1 - ph + reach
+        lo, hi = window(r0, r1)
         x, start, stop = d.rows(source, lo, hi)
         return _chunked._causal_slab(causal, F.pad(x, (pw, pw, start - lo, hi - stop, pt, pt2), mode=causal.pad_mode))
-    return run
+    return _Run(run, lambda d, r0, r1: [(source, *window(r0, r1))])
 
 
 def _normalized(d, source, norm, lo, hi):
@@ -244,24 +262,24 @@ def _normalized(d, source, norm, lo, hi):
 
 
 def _norm_conv2d_run(norm, conv, source):
-    ph, reach = _chunked._reach(conv)
+    window = _row_window(*_chunked._reach(conv))
 
     def run(d, r0, r1):
-        lo, hi = r0 - ph, r1 - ph + reach
+        lo, hi = window(r0, r1)
         y, start, stop = _normalized(d, source, norm, lo, hi)
         return _chunked._conv_slab(conv, _chunked._pad_rows(y, start - lo, hi - stop, "zeros"))
-    return run
+    return _Run(run, lambda d, r0, r1: [(source, *window(r0, r1))])
 
 
 def _norm_causal_run(norm, causal, source):
-    ph, reach = _causal_reach(causal)
+    window = _row_window(*_causal_reach(causal))
     pw, _, _, _, pt, pt2 = causal.time_causal_padding
 
     def run(d, r0, r1):
-        lo, hi = r0 - ph, r1 - ph + reach
+        lo, hi = window(r0, r1)
         y, start, stop = _normalized(d, source, norm, lo, hi)
         return _chunked._causal_slab(causal, F.pad(y, (pw, pw, start - lo, hi - stop, pt, pt2), mode=causal.pad_mode))
-    return run
+    return _Run(run, lambda d, r0, r1: [(source, *window(r0, r1))])
 
 
 def _resnet_out_run(conv_run, shortcut_run, residual, scale):
@@ -274,40 +292,49 @@ def _resnet_out_run(conv_run, shortcut_run, residual, scale):
             res = shortcut_run(d, r0, r1)
         out = res + h
         return out if scale == 1.0 else out / scale
-    return run
+
+    def needs(d, r0, r1):
+        rest = [(residual, r0, r1)] if shortcut_run is None else shortcut_run.needs(d, r0, r1)
+        return conv_run.needs(d, r0, r1) + rest
+    return _Run(run, needs)
+
+
+def _upsampled_window(ph, reach, factor, height):
+    """For output rows [r0, r1) of a convolution of an input upsampled by `factor` along the height (nearest): the
+    upsampled rows [lo, hi) it reads (padding included), those that exist [lo_c, hi_c), and the source rows [src_lo,
+    src_hi) they repeat. height(d): the source's height."""
+    def window(d, r0, r1):
+        lo, hi = r0 - ph, r1 - ph + reach
+        lo_c, hi_c = max(lo, 0), min(hi, factor * height(d))
+        return lo, hi, lo_c, hi_c, lo_c // factor, (hi_c + factor - 1) // factor
+    return window
 
 
 def _upsample2d_run(module, source):
     conv = module.conv
-    ph, reach = _chunked._reach(conv)
+    window = _upsampled_window(*_chunked._reach(conv), 2, lambda d: d.height(source))
 
     def run(d, r0, r1):
-        lo, hi = r0 - ph, r1 - ph + reach
-        h_up = 2 * d.height(source)
-        lo_c, hi_c = max(lo, 0), min(hi, h_up)
-        src_lo, src_hi = lo_c // 2, (hi_c + 1) // 2
+        lo, hi, lo_c, hi_c, src_lo, src_hi = window(d, r0, r1)
         x, _, _ = d.rows(source, src_lo, src_hi)
         up = F.interpolate(x, scale_factor=2.0, mode="nearest")[..., lo_c - 2 * src_lo:hi_c - 2 * src_lo, :]
         return _chunked._conv_slab(conv, _chunked._pad_rows(up, lo_c - lo, hi - hi_c, "zeros"))
-    return run
+    return _Run(run, lambda d, r0, r1: [(source, *window(d, r0, r1)[4:])])
 
 
 def _hunyuan_upsample_run(module, source):
     causal = module.conv
     factor = int(module.upsample_factor[1])
-    ph, reach = _causal_reach(causal)
+    window = _upsampled_window(*_causal_reach(causal), factor, lambda d: d.height(source))
     pw, _, _, _, pt, pt2 = causal.time_causal_padding
 
     def run(d, r0, r1):
-        lo, hi = r0 - ph, r1 - ph + reach
-        h_up = factor * d.height(source)
-        lo_c, hi_c = max(lo, 0), min(hi, h_up)
-        src_lo, src_hi = lo_c // factor, (hi_c + factor - 1) // factor
+        lo, hi, lo_c, hi_c, src_lo, src_hi = window(d, r0, r1)
         x, _, _ = d.rows(source, src_lo, src_hi)
         up = _chunked._hunyuan_upsample(module, x)[..., lo_c - factor * src_lo:hi_c - factor * src_lo, :]
         up = F.pad(up, (pw, pw, lo_c - lo, hi - hi_c, pt, pt2), mode=causal.pad_mode)
         return _chunked._causal_slab(causal, up)
-    return run
+    return _Run(run, lambda d, r0, r1: [(source, *window(d, r0, r1)[4:])])
 
 
 def _layers_2d(vae, shape, dtype):
@@ -461,13 +488,15 @@ def _layers(vae, shape, dtype):
 def _slab_bytes(layer, acts, rows):
     """The model's working set of a slab of `rows` output rows of `layer` (bytes)."""
     out = acts[layer.output]
-    total = _OUTPUT_COPIES * rows * out.row_bytes
+    total = (_OUTPUT_COPIES + (_OVERLAP_COPIES if out.where == "host" else 0)) * rows * out.row_bytes
     for name in layer.inputs:
         a = acts[name]
         scale = out.shape[-2] / max(1, a.shape[-2])  # input rows a slab reads (upsampling layers: fewer)
         in_rows = rows / scale + 4  # and a halo
         growth = max(1.0, out.bytes / max(1, a.bytes)) if layer.kind == "upsample_conv" else 1.0
         total += int(_INPUT_COPIES * in_rows * a.row_bytes * growth)
+        if a.where == "host":
+            total += int(_OVERLAP_COPIES * in_rows * a.row_bytes)
     return total
 
 
@@ -580,7 +609,15 @@ def plan(vae, latents, max_gpu_bytes, *, max_host_bytes=None):
 
 # ---- the decode ------------------------------------------------------------------------------------------------------
 class _Decode:
-    """One layered decode: the activations as they are made (GPU tensors, or host tensors), their records."""
+    """One layered decode: the activations as they are made (GPU tensors, or host tensors), their records.
+
+    On a CUDA device, copies between host and GPU memory run on two streams of their own, so that they overlap the
+    convolutions on the caller's stream: the next slab's input rows are fetched (H2D) while this slab is computed, and
+    each slab of a host activation is copied out (D2H) while the next is made. Ordering: a slab's fetched rows are used
+    after an event of the fetch stream; a slab is copied out after the caller's stream has made it; and a layer
+    starts once every copy out of the layers before it is done (both the caller's stream and the fetch stream wait
+    for the store stream), so that no host rows are read before they are written. Tensors made on one stream and used
+    on another are marked (record_stream), so that the caching allocator reuses their memory only after that use."""
 
     def __init__(self, p, device, memory_format, pin):
         self.plan = p
@@ -589,6 +626,47 @@ class _Decode:
         self.pin = pin
         self.tensors = {}
         self.merged = {}
+        self.fetched = {}  # (name, start, stop) -> (rows on the GPU, the event after which they are there, or None)
+        self.counts = {"fetched_ahead": 0, "fetched_late": 0, "fetched_unused": 0}
+        cuda = device.type == "cuda"
+        self.fetch_stream = torch.cuda.Stream(device) if cuda else None
+        self.store_stream = torch.cuda.Stream(device) if cuda else None
+
+    def _compute_stream(self):
+        return torch.cuda.current_stream(self.device)
+
+    def _host_rows(self, name, start, stop):
+        part = self.tensors[name][..., start:stop, :]  # one block of host memory (_host_tensor), then the layout
+        return part.to(self.device, non_blocking=self.pin).contiguous(memory_format=self.memory_format)
+
+    def begin_layer(self):
+        """Before a layer's first slab: every copy out of the layers before it done, for both streams that read host
+        rows (this layer's inputs were made by them); fetched rows nobody asked for dropped."""
+        self.counts["fetched_unused"] += len(self.fetched)
+        self.fetched.clear()
+        if self.store_stream is not None:
+            self._compute_stream().wait_stream(self.store_stream)
+            self.fetch_stream.wait_stream(self.store_stream)
+
+    def prefetch(self, requests):
+        """Fetches the host rows of `requests` ([(name, lo, hi)], a slab's run.needs) ahead of their use."""
+        for name, lo, hi in requests:
+            a = self.plan.activations[name]
+            if a.where != "host" or name not in self.tensors:
+                continue
+            start, stop = max(lo, 0), min(hi, a.shape[-2])
+            key = (name, start, stop)
+            if key in self.fetched or start >= stop:
+                continue
+            if self.fetch_stream is None:  # on the CPU: now (the same copy the slab would make)
+                self.fetched[key] = (self._host_rows(name, start, stop), None)
+                continue
+            with torch.cuda.stream(self.fetch_stream):
+                part = self._host_rows(name, start, stop)
+                done = torch.cuda.Event()
+                done.record(self.fetch_stream)
+            part.record_stream(self._compute_stream())
+            self.fetched[key] = (part, done)
 
     def height(self, name):
         return self.plan.activations[name].shape[-2]
@@ -602,9 +680,16 @@ class _Decode:
     def rows(self, name, lo, hi):
         t = self.tensors[name]
         start, stop = max(lo, 0), min(hi, t.shape[-2])
-        part = t[..., start:stop, :]
-        if self.plan.activations[name].where == "host":  # one block of host memory (_host_tensor), then the
-            part = part.to(self.device, non_blocking=self.pin).contiguous(memory_format=self.memory_format)  # layout
+        if self.plan.activations[name].where != "host":
+            return t[..., start:stop, :], start, stop
+        got = self.fetched.pop((name, start, stop), None)
+        if got is None:
+            self.counts["fetched_late"] += 1
+            return self._host_rows(name, start, stop), start, stop
+        self.counts["fetched_ahead"] += 1
+        part, done = got
+        if done is not None:
+            self._compute_stream().wait_event(done)
         return part, start, stop
 
     def records(self, name):
@@ -625,12 +710,28 @@ class _Decode:
             s = _api.group_stats(y, a.groups)
             self.merged[a.name] = s if a.name not in self.merged else self.merged[a.name] + s
         dst = out[..., r0:r0 + y.shape[-2], :]
-        if a.where == "host":  # the slab in the host tensor's order on the GPU first: then one block to copy
-            y = torch.empty_strided(dst.shape, dst.stride(), dtype=y.dtype, device=y.device).copy_(y)
-        dst.copy_(y, non_blocking=self.pin and a.where == "host")
+        if a.where != "host":
+            dst.copy_(y)
+            return
+        # The slab in the host tensor's order on the GPU first: then one block to copy, on the store stream.
+        y = torch.empty_strided(dst.shape, dst.stride(), dtype=y.dtype, device=y.device).copy_(y)
+        if self.store_stream is None:
+            dst.copy_(y)
+            return
+        self.store_stream.wait_stream(self._compute_stream())
+        with torch.cuda.stream(self.store_stream):
+            dst.copy_(y, non_blocking=self.pin)
+        y.record_stream(self.store_stream)
+
+    def finish(self):
+        """Waits for the copies out (the last layer's output may be in host memory)."""
+        if self.store_stream is not None:
+            self._compute_stream().wait_stream(self.store_stream)
+            self.store_stream.synchronize()
 
     def run(self, layer, progress):
         a = self.plan.activations[layer.output]
+        self.begin_layer()
         if layer.kind == "whole":
             y = layer.run(self)
             if a.groups:
@@ -639,8 +740,12 @@ class _Decode:
             return
         out = self.allocate(a)
         height = a.shape[-2]
-        for r0 in range(0, height, layer.rows):
+        starts = list(range(0, height, layer.rows))
+        self.prefetch(layer.run.needs(self, 0, min(height, layer.rows)))
+        for k, r0 in enumerate(starts):
             r1 = min(height, r0 + layer.rows)
+            if k + 1 < len(starts):  # the next slab's host rows, fetched while this one is computed
+                self.prefetch(layer.run.needs(self, r1, min(height, r1 + layer.rows)))
             self.store(a, out, r0, layer.run(self, r0, r1))
             progress.update(1)
         self.tensors[a.name] = out
@@ -731,10 +836,24 @@ def decode(vae, latents, max_gpu_bytes, *, max_host_bytes=None, progress=None):
             for i, layer in enumerate(p.layers):
                 d.run(layer, bar)
                 d.release(i)
+        d.finish()
         out = d.tensors[p.layers[-1].output]
         if out.device.type == "cpu" and latents.is_cuda:
             torch.cuda.current_stream(latents.device).synchronize()  # its last slabs were copied without waiting
+        _LAST_COUNTS.clear()
+        _LAST_COUNTS.update(d.counts)
         return out
     finally:
+        d.fetched.clear()
         d.tensors.clear()
         d.merged.clear()
+
+
+# What the last decode() that ran layer by layer did with host rows (for tests and benchmarks): rows fetched ahead of
+# their slab (overlapped), fetched when the slab asked (not overlapped), fetched and not used.
+_LAST_COUNTS = {}
+
+
+def last_counts():
+    """{"fetched_ahead", "fetched_late", "fetched_unused"} of the last layered decode (empty before one)."""
+    return dict(_LAST_COUNTS)

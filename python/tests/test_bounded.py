@@ -132,11 +132,17 @@ def test_every_budget_gives_the_whole_decodes_bits():
                     assert p.gpu_bytes <= budget, (name, budget, p.gpu_bytes)
                     assert p.slabs >= len([layer for layer in p.layers if layer.kind != "whole"])
                     hosted = [a for a in p.activations.values() if a.where == "host"]
+                    counts = gb.last_counts()
+                    # Every slab's host rows were fetched ahead (run.needs said what its run asked for), none late
+                    # and none in vain.
+                    assert counts["fetched_late"] == 0 and counts["fetched_unused"] == 0, (name, budget, counts)
                     if hosted:
                         seen_host += 1
                         assert p.host_bytes >= max(a.bytes for a in hosted)
+                        assert counts["fetched_ahead"] > 0, (name, budget, counts)
                     else:
                         assert p.host_bytes == 0
+                        assert counts["fetched_ahead"] == 0, (name, budget, counts)
                 smallest, plans = budget, plans + 1
                 if refused is not None:
                     break  # the smallest budget that works has decoded

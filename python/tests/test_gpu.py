@@ -1352,5 +1352,78 @@ class TestInputBias(unittest.TestCase):
                         f"relative L2 {relative:.2e}; to float32 before {before_error:.2e}, after {after_error:.2e}"))
 
 
+@unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
+class TestBoundedDecode(unittest.TestCase):
+    """gnsilu.bounded on the device (python/tests/test_bounded.py holds the CPU tests: plans, refusals, bits)."""
+
+    device = "cuda"
+
+    def generator(self, seed):
+        return torch.Generator(device=self.device).manual_seed(seed)
+
+    def randn(self, *shape, generator):
+        return torch.randn(*shape, generator=generator, device=self.device)
+
+    def test_bounded_decode_in_a_gpu_budget(self):
+        """gnsilu.bounded on the device: a Flux-style AutoencoderKL (swapped, bf16, both layouts) decoded within
+        budgets from a third of the whole decode's down to the smallest that works: within rounding of the whole
+        decode, as near the float32 decode as the whole bf16 decode, every host row fetched ahead of its slab (the
+        copy streams), and the allocator's peak within the budget plus the weights."""
+        try:
+            from diffusers import AutoencoderKL
+        except ImportError:
+            self.skipTest("diffusers is not installed")
+        import gnsilu.bounded as gb
+        torch.manual_seed(28)
+        config = dict(down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+                      block_out_channels=(64, 128, 128, 128), layers_per_block=2, latent_channels=16,
+                      norm_num_groups=32, use_quant_conv=False, use_post_quant_conv=False)
+        vae = AutoencoderKL(**config).to(self.device).eval()
+        latent = self.randn(1, 16, 48, 48, generator=self.generator(29))
+        with torch.inference_mode():
+            exact = vae.decode(latent).sample.float()
+        swapped = vae.to(torch.bfloat16)
+        gt.swap_group_norm_silu(swapped)
+        weights = sum(t.numel() * t.element_size() for t in swapped.parameters())
+        for layout in ("nchw", "channels_last"):
+            model, z = swapped, latent.bfloat16()
+            if layout == "channels_last":
+                model, z = swapped.to(memory_format=torch.channels_last), channels_last(z)
+            with torch.inference_mode():
+                whole = model.decode(z).sample.float()
+            whole_error = relative_l2(whole, exact)
+            top = gb.plan(model, z, 1 << 40)
+            try:
+                gb.plan(model, z, 1 << 10)
+                raise AssertionError("a 1 KiB budget was taken")
+            except ValueError as e:
+                smallest = int(str(e).split("max_gpu_bytes=")[2].split(" ")[0])
+            for budget in (top.plain_gpu_bytes // 3, smallest):
+                p = gb.plan(model, z, budget)
+                self.assertFalse(p.plain)
+                if self.device == "cuda":
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                    base = torch.cuda.memory_allocated()
+                with torch.inference_mode():
+                    y = gb.decode(model, z, budget, progress=False)
+                if self.device == "cuda":
+                    torch.cuda.synchronize()
+                    peak = torch.cuda.max_memory_allocated() - base
+                    # The activations the caller holds (latents, weights) are in `base`; the budget is besides them.
+                    self.assertLessEqual(peak, budget, f"{layout}, budget {budget}: peak {peak}")
+                y = y.to(self.device).float()
+                counts = gb.last_counts()
+                self.assertEqual(counts["fetched_late"], 0, counts)
+                self.assertEqual(counts["fetched_unused"], 0, counts)
+                to_whole, error = relative_l2(y, whole), relative_l2(y, exact)
+                self.assertLess(to_whole, whole_error)
+                self.assertLessEqual(error, 1.05 * whole_error + 1e-4)
+                SUMMARY.append(("bd", f"bounded decode, {layout}, budget {budget} ({p.slabs} slabs, host "
+                                      f"{p.host_bytes} bytes, weights {weights})",
+                                f"to the whole decode {to_whole:.2e}; to float32 {error:.2e} (whole {whole_error:.2e}); "
+                                f"host rows fetched ahead {counts['fetched_ahead']}"))
+
+
 if __name__ == "__main__":
     sys.exit(main())
