@@ -28,8 +28,11 @@ graph that holds gnsilu's ops needs gnsilu.torch imported where it is loaded fro
 it). A model swapped by swap_group_norm_silu holds gnsilu's op already where the swap proved a pair: the pass sees that
 op, not a GroupNorm, and replaces nothing twice.
 
-Not yet: GroupNorms taken per frame (a reshape into N*T samples before, back after) are replaced on the reshaped copy
-as any other, the copies stay; the rule is not yet calibrated on the GPU per match kind.
+GroupNorms taken per frame: where the model views a video's frames as a batch without a copy (a (1, C, T, H, W) video
+permuted and flattened to (T, C, H, W): "channels first" order; or frames first), the op takes that view as it is
+(gnsilu._strided, from its MIN_BYTES) under the same rule as channel-major tensors; a pad after it stays (the padded op
+takes no such input). Where the reshape copies (a batch of videos), the op takes the copy. Not yet: the rule is not yet
+calibrated on the GPU per match kind.
 """
 import hashlib
 import inspect
@@ -38,6 +41,7 @@ import logging
 import torch
 import torch.nn.functional as F
 
+from . import _strided
 from ._checks import layout_of
 
 log = logging.getLogger("gnsilu.inductor")
@@ -81,9 +85,14 @@ def decide(x, num_groups, activation, padded):
     if len(shape) < 3:
         return False, f"its input has {len(shape)} dimensions"
     layout = layout_of(shape, strides)
-    if layout is None:
-        return False, f"its input's strides {strides} are in neither layout gnsilu takes"
     nbytes = x.numel() * x.element_size()
+    if layout is None:
+        layout = _strided_order(x)
+        if layout is None:
+            return False, (f"its input's strides {strides} are in neither layout gnsilu takes, nor in an order "
+                           f"gnsilu._strided takes from {_strided.MIN_BYTES >> 20} MiB (a video's frames)")
+        if padded:
+            return False, f"its input is in {layout} order (a video's frames): gnsilu's padded op takes no such input"
     if layout == "channels_last":
         return True, "channels-last"
     if num_groups < MIN_GROUPS:
@@ -91,7 +100,18 @@ def decide(x, num_groups, activation, padded):
     if nbytes > NCHW_MAX_BYTES:
         return False, (f"{nbytes >> 20} MiB in channel-major layout (Inductor's two-pass kernel is faster from "
                        f"{NCHW_MAX_BYTES >> 20} MiB)")
+    if layout in (_strided.FRAMES_FIRST, _strided.CHANNELS_FIRST):
+        return True, f"{layout} order (a video's frames, normalized without a copy), {nbytes >> 20} MiB, " \
+                     f"{num_groups} groups"
     return True, f"channel-major, {nbytes >> 20} MiB, {num_groups} groups"
+
+
+def _strided_order(x):
+    """The order gnsilu._strided takes x in without a copy (frames first, channels first), or None."""
+    try:
+        return _strided.plan(x)
+    except (RuntimeError, TypeError, ValueError):  # symbolic sizes
+        return None
 
 
 class GnsiluPass:
@@ -150,6 +170,10 @@ class GnsiluPass:
                 conv = x
         activation = "silu" if silu is not None else "none"
         replace, why = decide(_value(x), num_groups, activation, pad is not None)
+        if not replace and pad is not None:  # the op without the pad (a video's frames: the padded op takes none)
+            replace_alone, why_alone = decide(_value(x), num_groups, activation, False)
+            if replace_alone:
+                pad, replace, why = None, True, why_alone + "; its pad kept"
         what = ("GroupNorm" + ("+SiLU" if silu is not None else "") + ("+pad" if pad is not None else "")
                 + (" after a convolution's bias" if conv is not None and replace else ""))
         shape = tuple(_value(x).shape) if _value(x) is not None else "?"

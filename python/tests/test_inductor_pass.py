@@ -161,10 +161,18 @@ def test_decisions_follow_the_rule_and_say_why():
             (small.to(torch.float64), 32, False, "torch.float64"),
             (small.transpose(2, 3), 32, False, "neither layout"),
             (torch.empty(1, 32, 8, 8, device="cpu"), 8, False, "on cpu"),
+            # A (1, C, T, H, W) video's frames as a batch (a view: "channels first" order), from 16 MiB.
+            (frames(torch.empty(1, 128, 8, 128, 128, dtype=torch.bfloat16, device="cuda")), 32, True,
+             "channels first order"),
+            (frames(torch.empty(1, 128, 2, 64, 64, dtype=torch.bfloat16, device="cuda")), 32, False,
+             "nor in an order gnsilu._strided takes from 16 MiB"),
         ]
         for x, groups, replace, reason in cases:
             got, why = ip.decide(x, groups, "silu", False)
             assert got == replace and reason in why, (tuple(x.shape), x.dtype, groups, got, why)
+        video = frames(torch.empty(1, 128, 8, 128, 128, dtype=torch.bfloat16, device="cuda"))
+        got, why = ip.decide(video, 32, "silu", True)
+        assert not got and "padded op takes no such input" in why, why
     torch.manual_seed(0)
     block = Block(groups=1).eval()  # one group: every match kept
     x = torch.randn(2, 16, 10, 6)
@@ -177,6 +185,50 @@ def test_decisions_follow_the_rule_and_say_why():
     assert len(kept) == 3 and all("1 group in channel-major layout" in line for line in kept), lines
     with torch.no_grad():
         assert torch.equal(y, torch.compile(block)(x)) or ((y - block(x)).norm() / block(x).norm()) < 1e-6
+
+
+def frames(video):
+    """A (N, C, T, H, W) video's frames as a batch, as Mochi's and Magvit's decoders view them for a per-frame
+    GroupNorm: (N*T, C, H, W), a view where N = 1."""
+    return video.permute(0, 2, 1, 3, 4).flatten(0, 1)
+
+
+class FrameBlock(nn.Module):
+    """A per-frame GroupNorm + SiLU then a replicate pad and a 2-D convolution of each frame, on a video."""
+
+    def __init__(self, channels=64, groups=8):
+        super().__init__()
+        self.norm = nn.GroupNorm(groups, channels)
+        self.conv = nn.Conv2d(channels, channels, 3)
+
+    def forward(self, video):
+        n, c, t, h, w = video.shape
+        y = self.conv(F.pad(F.silu(self.norm(frames(video))), (1, 1, 1, 1), mode="replicate"))
+        return y.unflatten(0, (n, t)).permute(0, 2, 1, 3, 4)
+
+
+def test_a_videos_frames_are_taken_as_the_model_views_them():
+    """A per-frame GroupNorm of a (1, C, T, H, W) video's frames viewed as a batch (no copy: "channels first"
+    order) of 16 MiB and more: replaced by the op on that view; its pad stays (the padded op takes no such view).
+    Below 16 MiB it is kept. The output is the block's within FP32 rounding."""
+    require()
+    torch.manual_seed(0)
+    block = FrameBlock().eval()
+    for size, replaced in ((96, 1), (32, 0)):
+        video = torch.randn(1, 64, 8, size, size) * 2 + 1  # 96: 18 MiB of float32
+        with compiled_with_pass() as p, logged() as lines:
+            y = torch.compile(block, fullgraph=True)(video)
+            counts, after = dict(p.counts), p.graphs[0]
+        assert counts["replaced"] == replaced and counts["kept"] == 1 - replaced, (size, counts, lines)
+        assert counts["padded"] == 0, counts
+        assert any(t in ip._PADS for t in after), after  # the pad is still there
+        if replaced:
+            assert "channels first order" in lines[0] and "its pad kept" in lines[0], lines
+            assert gnsilu_ops(after) == 1 and F.group_norm not in after, after
+        with torch.no_grad():
+            expected = block(video)
+        error = ((y - expected).norm() / expected.norm()).item()
+        assert error < 1e-6, f"{size}: relative L2 {error:.3g}"
 
 
 def test_a_swapped_model_gets_no_second_replacement():
