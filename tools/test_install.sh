@@ -6,6 +6,7 @@
 #   2. configures and builds tests/consumer against TMP (find_package(gnsilu 0.1 CONFIG REQUIRED)) in a temporary
 #      folder and runs it with no LD_LIBRARY_PATH (it must find libgnsilu.so through its RUNPATH, and libgnsilu.so
 #      libnvrtc through its own);
+#      then builds README.md's C++, C and CMake blocks as one project against TMP (tools/check_docs.py snippets);
 #   3. runs cpack in the build folder into a temporary folder and lists the packages' contents.
 # Every folder it writes is its own (mktemp), so it can run beside other tests; they are removed at the end
 # (kept with GNSILU_KEEP_TMP=1). Prints a summary; exits 1 on any failure, 2 on bad usage, 77 (skipped) for a
@@ -134,6 +135,10 @@ if [[ $rc -ne 0 ]]; then
   fail "the consumer runs and passes (exit status $rc)"
 fi
 pass "the consumer: $(tail -n 1 "$tmp/consumer-run.log")"
+# The README's C++, C and CMake blocks, as one project, against the same prefix (tools/check_docs.py snippets).
+python3 "$source_dir/tools/check_docs.py" snippets "$prefix" "$tmp/readme" >"$tmp/readme.log" 2>&1 \
+  || { cat "$tmp/readme.log"; fail "README.md's C++, C and CMake blocks build against the installed package"; }
+pass "README.md's C++, C and CMake blocks build against the installed package"
 
 # ---- 3. cpack -----------------------------------------------------------------------------------------------------
 packages=$tmp/packages
