@@ -22,7 +22,8 @@ DOCUMENTS = ["README.md", "CONTRIBUTING.md", "python/README.md", "docs/API.md", 
              "docs/EXACT_STATISTICS.md", "docs/PERFORMANCE.md"]
 # Documents whose text names no work session (the others still tell their history; they join this list as they are
 # rewritten).
-CURRENT = ["README.md", "CONTRIBUTING.md", "python/README.md", "docs/API.md", "docs/DESIGN.md", "docs/EXACT_STATISTICS.md"]
+CURRENT = ["README.md", "CONTRIBUTING.md", "python/README.md", "docs/API.md", "docs/DESIGN.md",
+           "docs/EXACT_STATISTICS.md"]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 SESSION = re.compile(r"\bsessions? \d+\b", re.IGNORECASE)
 
