@@ -471,11 +471,12 @@ def main():
                         help="skip the float32 decode (its memory: twice the bf16 decode's); errors then against "
                              "the first row only")
     args = parser.parse_args()
-    import torch
     try:
+        import torch
         import diffusers
-    except ImportError:
-        print("bench_vae: diffusers is not installed (carry its wheel and importlib_metadata's)")
+    except ImportError as e:
+        print(f"bench_vae: needs PyTorch and diffusers ({e}; on the GPU machine, carry diffusers' and "
+              "importlib_metadata's wheels)")
         return 77
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench_vae: no CUDA device")
