@@ -15,13 +15,14 @@ within rounding (test_vae_swap.test_frame_causal_attention_without_the_mask).
 import contextlib
 import os
 import sys
-import time
 import unittest
 from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+
+import function_tests  # noqa: E402
 
 try:
     import torch
@@ -31,18 +32,12 @@ try:
     import gnsilu.bounded as gb
     import gnsilu.chunked as gc
     import gnsilu.torch as gt
-    from test_vae_swap import TINY_2D, _hunyuan_config, _native_convolutions, one_thread
+    from function_tests import one_thread
+    from test_vae_swap import TINY_2D, _hunyuan_config, _native_convolutions
 except ImportError as error:
     torch = None
     MISSING = f"needs PyTorch and diffusers ({type(error).__name__}: {error})"
-    if __name__ == "__main__":
-        if os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1":
-            print(f"test_bounded: FAILED: GNSILU_TEST_REQUIRE_TORCH=1 but {MISSING}")
-            sys.exit(1)
-        print(f"test_bounded: skipped: {MISSING}")
-        sys.exit(77)
-    if "pytest" in sys.modules:
-        raise unittest.SkipTest(MISSING)
+    function_tests.dependencies_missing(__name__, "test_bounded", MISSING)
 
 
 def require():
@@ -294,46 +289,9 @@ def test_progress_bar():
             assert len(bars) == 1, "a bar with progress=False, or for the plain decode"
 
 
-def _tests():
-    return [(name, f) for name, f in sorted(globals().items()) if name.startswith("test_") and callable(f)]
-
-
 def load_tests(loader, tests, pattern):
-    suite = unittest.TestSuite()
-    for name, test in _tests():
-        suite.addTest(unittest.FunctionTestCase(test, description=name))
-    return suite
-
-
-def main():
-    tests = _tests()
-    failed = skipped = 0
-    start = time.time()
-    for name, test in tests:
-        t = time.time()
-        try:
-            test()
-        except unittest.SkipTest as e:
-            skipped += 1
-            print(f"SKIP {name}: {e}")
-        except Exception as e:  # noqa: BLE001  (report every test)
-            failed += 1
-            import traceback
-            traceback.print_exc()
-            print(f"FAIL {name}: {type(e).__name__}: {e}")
-        else:
-            print(f"ok   {name} ({time.time() - t:.2f} s)")
-    print(f"{len(tests)} tests, {failed} failed, {skipped} skipped, {time.time() - start:.1f} s")
-    if failed:
-        return 1
-    if skipped and os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1":
-        print(f"test_bounded: FAILED: {skipped} tests skipped under GNSILU_TEST_REQUIRE_TORCH=1")
-        return 1
-    if skipped == len(tests):
-        print("test_bounded: skipped: every test skipped")
-        return 77
-    return 0
+    return function_tests.load_tests_of(globals())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(function_tests.main(globals(), "test_bounded"))

@@ -1133,10 +1133,8 @@ def same_bits_or_nan(a, b):
     return torch.equal(nan, torch.isnan(b)) and same_bits(a.masked_fill(nan, 0), b.masked_fill(nan, 0))
 
 
-@unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
-class TestInputBias(unittest.TestCase):
-    """input_bias (a convolution's bias handed over): every call with it gives the bits of the same call on x +
-    input_bias as PyTorch computes that sum in x's dtype; the swap's moved biases in a decoder."""
+class SeededCuda:
+    """A test case's seeded CUDA inputs and models (a mixin beside unittest.TestCase)."""
 
     device = "cuda"
 
@@ -1145,6 +1143,25 @@ class TestInputBias(unittest.TestCase):
 
     def randn(self, *shape, generator):
         return torch.randn(*shape, generator=generator, device=self.device)
+
+    def small_flux_vae(self, seed):
+        """A Flux-style diffusers AutoencoderKL (64-128 channels, 2 layers a block, 16 latent channels, 32 groups),
+        float32, seeded, in eval mode on the device; the test skips without diffusers."""
+        try:
+            from diffusers import AutoencoderKL
+        except ImportError:
+            self.skipTest("diffusers is not installed")
+        torch.manual_seed(seed)
+        config = dict(down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
+                      block_out_channels=(64, 128, 128, 128), layers_per_block=2, latent_channels=16,
+                      norm_num_groups=32, use_quant_conv=False, use_post_quant_conv=False)
+        return AutoencoderKL(**config).to(self.device).eval()
+
+
+@unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
+class TestInputBias(SeededCuda, unittest.TestCase):
+    """input_bias (a convolution's bias handed over): every call with it gives the bits of the same call on x +
+    input_bias as PyTorch computes that sum in x's dtype; the swap's moved biases in a decoder."""
 
     def test_bits_equal_the_call_on_the_sum(self):
         # Small shapes (the fused path's without a bias: a biased call takes the split path) and large ones.
@@ -1322,15 +1339,7 @@ class TestInputBias(unittest.TestCase):
                                 f"{drift:.2e}; eager {kept_ms:.3f} ms -> {eager_ms:.3f} ms"))
 
     def test_diffusers_flux_vae_decode(self):
-        try:
-            from diffusers import AutoencoderKL
-        except ImportError:
-            self.skipTest("diffusers is not installed")
-        torch.manual_seed(26)
-        config = dict(down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-                      block_out_channels=(64, 128, 128, 128), layers_per_block=2, latent_channels=16,
-                      norm_num_groups=32, use_quant_conv=False, use_post_quant_conv=False)
-        vae = AutoencoderKL(**config).to(self.device).eval()
+        vae = self.small_flux_vae(26)
         reference = copy.deepcopy(vae)
         original = vae.to(torch.bfloat16).to(memory_format=torch.channels_last)
         moved = copy.deepcopy(original)
@@ -1353,32 +1362,16 @@ class TestInputBias(unittest.TestCase):
 
 
 @unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
-class TestBoundedDecode(unittest.TestCase):
+class TestBoundedDecode(SeededCuda, unittest.TestCase):
     """gnsilu.bounded on the device (python/tests/test_bounded.py holds the CPU tests: plans, refusals, bits)."""
-
-    device = "cuda"
-
-    def generator(self, seed):
-        return torch.Generator(device=self.device).manual_seed(seed)
-
-    def randn(self, *shape, generator):
-        return torch.randn(*shape, generator=generator, device=self.device)
 
     def test_bounded_decode_in_a_gpu_budget(self):
         """gnsilu.bounded on the device: a Flux-style AutoencoderKL (swapped, bf16, both layouts) decoded within
         budgets from a third of the whole decode's down to the smallest that works: within rounding of the whole
         decode, as near the float32 decode as the whole bf16 decode, every host row fetched ahead of its slab (the
         copy streams), and the allocator's peak within the budget plus the weights."""
-        try:
-            from diffusers import AutoencoderKL
-        except ImportError:
-            self.skipTest("diffusers is not installed")
         import gnsilu.bounded as gb
-        torch.manual_seed(28)
-        config = dict(down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4,
-                      block_out_channels=(64, 128, 128, 128), layers_per_block=2, latent_channels=16,
-                      norm_num_groups=32, use_quant_conv=False, use_post_quant_conv=False)
-        vae = AutoencoderKL(**config).to(self.device).eval()
+        vae = self.small_flux_vae(28)
         latent = self.randn(1, 16, 48, 48, generator=self.generator(29))
         with torch.inference_mode():
             exact = vae.decode(latent).sample.float()

@@ -11,12 +11,14 @@ import logging
 import os
 import sys
 import tempfile
-import time
 import unittest
 from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import function_tests  # noqa: E402
 
 try:
     import torch
@@ -27,14 +29,7 @@ try:
 except ImportError as error:
     torch = None
     MISSING = f"needs PyTorch ({type(error).__name__}: {error})"
-    if __name__ == "__main__":
-        if os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1":
-            print(f"test_inductor_pass: FAILED: GNSILU_TEST_REQUIRE_TORCH=1 but {MISSING}")
-            sys.exit(1)
-        print(f"test_inductor_pass: skipped: {MISSING}")
-        sys.exit(77)
-    if "pytest" in sys.modules:
-        raise unittest.SkipTest(MISSING)
+    function_tests.dependencies_missing(__name__, "test_inductor_pass", MISSING)
 
 
 def require():
@@ -302,52 +297,9 @@ def test_cache_keys_follow_the_decisions():
         assert torch.equal(y1, y2)
 
 
-def _tests():
-    return [(name, f) for name, f in sorted(globals().items()) if name.startswith("test_") and callable(f)]
-
-
 def load_tests(loader, tests, pattern):
-    suite = unittest.TestSuite()
-    for name, test in _tests():
-        suite.addTest(unittest.FunctionTestCase(test, description=name))
-    return suite
-
-
-def main():
-    tests = _tests()
-    failed = skipped = 0
-    start = time.time()
-    torch_threads = None
-    if torch is not None:
-        torch_threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-    for name, test in tests:
-        t = time.time()
-        try:
-            test()
-        except unittest.SkipTest as e:
-            skipped += 1
-            print(f"SKIP {name}: {e}")
-        except Exception as e:  # noqa: BLE001  (report every test)
-            failed += 1
-            import traceback
-            traceback.print_exc()
-            print(f"FAIL {name}: {type(e).__name__}: {e}")
-        else:
-            print(f"ok   {name} ({time.time() - t:.2f} s)")
-    if torch_threads is not None:
-        torch.set_num_threads(torch_threads)
-    print(f"{len(tests)} tests, {failed} failed, {skipped} skipped, {time.time() - start:.1f} s")
-    if failed:
-        return 1
-    if skipped and os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1":
-        print(f"test_inductor_pass: FAILED: {skipped} tests skipped under GNSILU_TEST_REQUIRE_TORCH=1")
-        return 1
-    if skipped == len(tests):
-        print("test_inductor_pass: skipped: every test skipped")
-        return 77
-    return 0
+    return function_tests.load_tests_of(globals())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(function_tests.main(globals(), "test_inductor_pass", context=function_tests.one_thread))

@@ -23,13 +23,16 @@ The last test checks the rule of gnsilu/_fusion.py about code that __init__ leav
 import contextlib
 import os
 import sys
-import time
 import unittest
 import unittest.mock
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import function_tests  # noqa: E402
+from function_tests import one_thread  # noqa: E402
 
 try:
     import torch
@@ -40,16 +43,7 @@ try:
 except ImportError as error:  # not ModuleNotFoundError only: diffusers may fail to import for other reasons
     torch = None
     MISSING = f"needs PyTorch and diffusers ({type(error).__name__}: {error})"
-    if __name__ == "__main__":
-        if os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1":  # .ci/run installed them: missing is a failure
-            print(f"test_vae_swap: FAILED: GNSILU_TEST_REQUIRE_TORCH=1 but {MISSING}")
-            sys.exit(1)
-        print(f"test_vae_swap: skipped: {MISSING}")
-        sys.exit(77)  # ctest: Skipped
-    if "pytest" in sys.modules:
-        raise unittest.SkipTest(MISSING)  # pytest: the whole module is skipped
-    # unittest (load_tests below): every test skips on its own
-
+    function_tests.dependencies_missing(__name__, "test_vae_swap", MISSING)
 
 def require():
     if torch is None:
@@ -73,18 +67,6 @@ def as_tuple(output):
 
 def count(model, cls, exact=True):
     return sum(1 for m in model.modules() if (type(m) is cls if exact else isinstance(m, cls)))
-
-
-@contextlib.contextmanager
-def one_thread():
-    """Tiny models gain nothing from more threads, and on a busy machine several OpenMP threads per op lose a lot
-    (seconds instead of milliseconds per model); the thread count of the process is restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def sample_of(model, x):
@@ -741,13 +723,7 @@ def test_slabs_resnet_blocks_without_whole_norm_outputs():
                     f"{layout}, shortcut {block.conv_shortcut is not None}: relative L2 {_relative_l2(sliced, whole):.3g}"
             latent = randn(1, 4, 12, 10).contiguous(memory_format=layout)
             whole = vae.decode(latent).sample
-            ran = [0]
-            forward = gc._resnet_forward
-
-            def counted(*args, **kwargs):
-                ran[0] += 1
-                return forward(*args, **kwargs)
-            with mock.patch.object(gc, "_resnet_forward", counted), gc.slabs(vae.decoder, max_bytes=2048):
+            with _counted(gc, "_resnet_forward") as ran, gc.slabs(vae.decoder, max_bytes=2048):
                 sliced = vae.decode(latent).sample
             with gc.slabs(vae.decoder, max_bytes=1 << 30):  # room for everything: the modules' own forwards
                 roomy = vae.decode(latent).sample
@@ -845,19 +821,26 @@ def test_slabs_hunyuan_resnet_blocks_without_whole_norm_outputs():
                 f"shortcut {block.conv_shortcut is not None}: relative L2 {_relative_l2(sliced, whole):.3g}"
         latent = randn(1, 4, 2, 9, 8)
         whole = vae.decode(latent).sample
-        ran = [0]
-        forward = gc._hunyuan_resnet_forward
-
-        def counted(*args, **kwargs):
-            ran[0] += 1
-            return forward(*args, **kwargs)
-        with mock.patch.object(gc, "_hunyuan_resnet_forward", counted), gc.slabs(vae.decoder, max_bytes=2048):
+        with _counted(gc, "_hunyuan_resnet_forward") as ran, gc.slabs(vae.decoder, max_bytes=2048):
             sliced = vae.decode(latent).sample
         assert ran[0] == len(resnets), (ran, len(resnets))
         error = _relative_l2(sliced, whole)
         assert error < 1e-5, f"the decode in slabs against the whole one: relative L2 {error:.3g}"
         print(f"  HunyuanVideo resnet blocks in slabs: {len(resnets)} blocks with their bits; the decode within "
               f"{error:.1e}")
+
+
+@contextlib.contextmanager
+def _counted(owner, name):
+    """owner.<name> replaced by a wrapper that counts its calls: ran[0] in the list it yields."""
+    ran = [0]
+    original = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        ran[0] += 1
+        return original(*args, **kwargs)
+    with unittest.mock.patch.object(owner, name, counted):
+        yield ran
 
 
 def _relative_l2(a, b):
@@ -1077,46 +1060,9 @@ def test_split_rows_errors():
             assert "float64" in str(e)
 
 
-def _tests():
-    return [(name, f) for name, f in sorted(globals().items()) if name.startswith("test_") and callable(f)]
-
-
 def load_tests(loader, tests, pattern):
-    """For python3 -m unittest: the test functions as test cases (pytest collects them itself)."""
-    suite = unittest.TestSuite()
-    for name, test in _tests():
-        suite.addTest(unittest.FunctionTestCase(test, description=name))
-    return suite
-
-
-def main():
-    tests = _tests()
-    failed = skipped = 0
-    start = time.time()
-    for name, test in tests:
-        t = time.time()
-        try:
-            test()
-        except unittest.SkipTest as e:
-            skipped += 1
-            print(f"SKIP {name}: {e}")
-        except Exception as e:  # noqa: BLE001  (report every test)
-            failed += 1
-            print(f"FAIL {name}: {type(e).__name__}: {e}")
-        else:
-            print(f"ok   {name} ({time.time() - t:.2f} s)")
-    print(f"{len(tests)} tests, {failed} failed, {skipped} skipped, {time.time() - start:.1f} s")
-    if failed:
-        return 1
-    if skipped and os.environ.get("GNSILU_TEST_REQUIRE_TORCH") == "1":
-        print(f"test_vae_swap: FAILED: {skipped} tests skipped under GNSILU_TEST_REQUIRE_TORCH=1 (the pinned diffusers "
-              "should have every class)")
-        return 1
-    if skipped == len(tests):
-        print("test_vae_swap: skipped: every test skipped")
-        return 77  # ctest: Skipped, never Passed with nothing run
-    return 0
+    return function_tests.load_tests_of(globals())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(function_tests.main(globals(), "test_vae_swap", require_note=' (the pinned diffusers should have every class)'))
