@@ -121,20 +121,28 @@ __device__ __forceinline__ void warp_combine(exact::Accumulator& acc, const S& s
 // escaped chunks (gnsilu_exact.cuh), read from x. Every thread returns the result. AHEAD: records a thread loads ahead
 // of its additions (finalize, whose records are in global memory; 0 where they are in shared memory).
 //
-// record_out: the merged record is wanted, not the statistics (finalize's kStatsWrite): it is written there,
-// normalized, and the returned statistics are not computed. record_in: the record is given (kStatsRead): no chunk is
-// read, and the statistics are rounded from it. One call of exact::group_stats serves both, so that the big-integer
-// path is inlined once per kernel (twice made finalize spill on sm_90 and newer).
+// record_out: the merged record is wanted, not the statistics (finalize's kStatsWrite, and its parts): it is written
+// there, normalized, and the returned statistics are not computed. record_in: the record is given (kStatsRead), or the
+// sum of `records_in` consecutive records (a group's parts): no chunk is read, and the statistics are rounded from it.
+// One call of exact::group_stats serves both, so that the big-integer path is inlined once per kernel (twice made
+// finalize spill on sm_90 and newer). first_chunk: the group's chunk that record_at(0) belongs to (a part's first).
 template <int XT, int LAYOUT, int THREADS, int AHEAD = 0, typename RecordAt>
 __device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 group, i64 count, RecordAt record_at,
                                                          MergeShared& sh, i64* record_out = nullptr,
-                                                         const i64* record_in = nullptr) {
+                                                         const i64* record_in = nullptr, i64 records_in = 1,
+                                                         i64 first_chunk = 0) {
   static_assert(THREADS % 32 == 0 && THREADS / 32 <= kMaxMergeWarps, "whole warps, at most kMaxMergeWarps");
   constexpr int kWarps = THREADS / 32;
   const int t = static_cast<int>(threadIdx.x);
   const int lane = t & 31;
   const int warp = t >> 5;
-  for (int i = t; i < exact::kRecordWords; i += THREADS) (&sh.total.count)[i] = record_in ? record_in[i] : 0;
+  // Normalized records (as finalize writes them) may be added 2^31 times before a limb could overflow.
+  for (int i = t; i < exact::kRecordWords; i += THREADS) {
+    i64 word = 0;
+    if (record_in != nullptr)
+      for (i64 q = 0; q < records_in; ++q) word += record_in[q * exact::kRecordWords + i];
+    (&sh.total.count)[i] = word;
+  }
   if (t == 0) sh.escaped = sh.spilled = 0;
   if (record_in != nullptr) count = 0;  // no chunk to read
   __syncthreads();
@@ -172,7 +180,7 @@ __device__ __forceinline__ GroupStats merged_group_stats(const Params& p, i64 gr
     for (i64 j = 0; j < count; ++j) {
       const exact::ChunkRecord r = record_at(j);  // the same record for every thread: a uniform loop
       if ((r.flags & exact::kNonfinite) != 0 || (r.flags & exact::kEscaped) == 0) continue;
-      const ChunkPlace place = chunk_place(p.s, p.channels_per_group, j);
+      const ChunkPlace place = chunk_place(p.s, p.channels_per_group, first_chunk + j);
       const i64 n = place.channels * place.pixels;
       for (i64 i = t; i < n; i += THREADS) {
         const i64 k = i / place.pixels;

@@ -23,6 +23,13 @@ inline constexpr int kStatsOwn = 0;
 inline constexpr int kStatsWrite = 1;
 inline constexpr int kStatsRead = 2;
 
+// finalize's stage (Params::finalize_stage). A group of many chunk records is merged in parts by two launches of
+// finalize: the first merges each part's records into an exact::Record (part_records: parts_per_group a group), the
+// second adds a group's part records and goes on as a whole finalize would (integer additions: the same bits).
+inline constexpr int kFinalizeWhole = 0;
+inline constexpr int kFinalizeParts = 1;
+inline constexpr int kFinalizeMerge = 2;
+
 struct Params {
   const void* x;          // (N, C, S) channel-major or (N, S, C) channels-last, contiguous, dtype XT
   void* y;                // same shape and layout, dtype YT; may equal x when the element sizes match
@@ -32,6 +39,7 @@ struct Params {
   void* records;          // split path: ChunkRecord per chunk (groups * chunks_per_group)
   void* rows;             // split path: RowConstants per (n, c)
   void* group_stats;      // stats_mode 1: written, 2: read; exact::Record (32 int64) per (n, group)
+  void* part_records;     // finalize in parts: exact::Record per (group, part), parts_per_group a group
   long long n;            // batch
   long long c;            // channels
   long long g;            // groups per sample
@@ -41,6 +49,8 @@ struct Params {
   long long groups_total;       // n * g
   long long chunks_per_group;   // gnsilu_math.cuh: chunks_per_group(s, channels_per_group)
   long long chunks_total;       // groups_total * chunks_per_group
+  long long parts_per_group;    // finalize in parts: parts a group's records are merged in (1: one block a group)
+  long long part_chunks;        //   chunk records a part (the last part may hold fewer)
   long long chunk_channels;     // channels per chunk (1 when s > 512)
   long long chunks_per_row;     // chunks per channel (1 when s <= 512)
   // apply, channel-major: each row of s elements in spans of span_length
@@ -73,6 +83,7 @@ struct Params {
                          // vectors)
   int stats_mode;        // finalize: 0 the group's statistics from its chunk records, into row constants; 1 the same
                          // statistics written to group_stats instead (no rows); 2 rows from group_stats (no records)
+  int finalize_stage;    // finalize: kFinalizeWhole, kFinalizeParts or kFinalizeMerge (above)
 };
 
 }  // namespace kernel

@@ -18,7 +18,8 @@
 //     finalize     one block per group: adds the group's records exactly (128-bit sums per thread, each
 //                  thread's loads issued ahead of its additions, then per warp, then the warps' sums in warp
 //                  0), rounds the mean and variance once, writes per-(n, c) constants. The same kernel for
-//                  both layouts.
+//                  both layouts. Groups of 2048 records and more: two launches, one block per part of a
+//                  group's records, then one block per group adding its parts' records.
 //     apply        NCHW: tiles of (row, span): y = silu(fma(fma(x, u, -z), k, c)), 16-byte loads and stores;
 //                  for 16-bit outputs SiLU is estimated with MUFU and silu32 runs only where the estimate
 //                  cannot decide the rounding (gnsilu_math.cuh). NHWC: items of (sample, block of pixels,
@@ -110,7 +111,10 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(con
 }
 
 // One block of 256 threads per group (a grid-stride loop over the groups): the group's chunk records merged
-// exactly (merged_group_stats), then its channels' constants.
+// exactly (merged_group_stats), then its channels' constants. Groups of many records are merged in parts by two
+// launches (Params::finalize_stage): kFinalizeParts takes one block per (group, part) and writes the part's record,
+// kFinalizeMerge one block per group that adds its parts' records and goes on as kFinalizeWhole. One call of
+// merged_group_stats serves every stage (its big-integer path inlined once).
 template <int XT, int LAYOUT>
 // One block a multiprocessor at least (kPartials, 1): without it, NVRTC for sm_100, sm_103 and sm_110 gave this kernel
 // 64 registers and an 8-byte stack once its fallback read x with the input bias.
@@ -120,21 +124,36 @@ __global__ void __launch_bounds__(kPartials, 1) finalize(const Params p) {
   wait_for_previous_kernel();
   const i64 count = p.chunks_per_group;
   i64* const given = static_cast<i64*>(p.group_stats);
-  for (i64 group = blockIdx.x; group < p.groups_total; group += gridDim.x) {
-    // kStatsRead: statistics given by the caller (merged records of regions), rounded from their record.
-    const exact::ChunkRecord* records = static_cast<const exact::ChunkRecord*>(p.records) + group * count;
+  i64* const parts = static_cast<i64*>(p.part_records);
+  const bool in_parts = p.finalize_stage == kFinalizeParts;
+  const bool from_parts = p.finalize_stage == kFinalizeMerge;
+  const i64 per_group = in_parts ? p.parts_per_group : 1;
+  const i64 items = p.groups_total * per_group;
+  for (i64 item = blockIdx.x; item < items; item += gridDim.x) {
+    const i64 group = in_parts ? item / per_group : item;
+    const i64 first = in_parts ? (item - group * per_group) * p.part_chunks : 0;
+    const i64 n = in_parts ? (p.part_chunks < count - first ? p.part_chunks : count - first) : count;
+    const exact::ChunkRecord* records = static_cast<const exact::ChunkRecord*>(p.records) + group * count + first;
     const i64 sample = group / p.g;
     const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
+    const bool constants = !in_parts && p.stats_mode != kStatsWrite;
     // The thread's first channel's weight and bias, loaded now so that their latency passes during the merge.
     const i64 k0 = threadIdx.x;
-    const bool has_k0 = p.stats_mode != kStatsWrite && k0 < p.channels_per_group;
+    const bool has_k0 = constants && k0 < p.channels_per_group;
     const double weight0 = has_k0 ? load_parameter(p.weight, p.weight_dtype, first_channel + k0, 1.0) : 1.0;
     const double bias0 = has_k0 ? load_parameter(p.bias, p.bias_dtype, first_channel + k0, 0.0) : 0.0;
+    // Out: a part's record, or the caller's (kStatsWrite). In: the caller's record (kStatsRead: statistics of merged
+    // regions), or the group's parts.
+    i64* const record_out = in_parts ? parts + item * exact::kRecordWords
+                            : p.stats_mode == kStatsWrite ? given + group * exact::kRecordWords
+                                                          : nullptr;
+    const i64* const record_in = p.stats_mode == kStatsRead ? given + group * exact::kRecordWords
+                                 : from_parts ? parts + group * p.parts_per_group * exact::kRecordWords
+                                              : nullptr;
     const GroupStats s = merged_group_stats<XT, LAYOUT, kPartials, 3>(
-        p, group, count, [&](i64 j) { return records[j]; }, sh,
-        p.stats_mode == kStatsWrite ? given + group * exact::kRecordWords : nullptr,
-        p.stats_mode == kStatsRead ? given + group * exact::kRecordWords : nullptr);
-    if (p.stats_mode == kStatsWrite) continue;
+        p, group, n, [&](i64 j) { return records[j]; }, sh, record_out, record_in,
+        from_parts && p.stats_mode != kStatsRead ? p.parts_per_group : 1, first);
+    if (!constants) continue;
     RowConstants* rows = static_cast<RowConstants*>(p.rows);
     if (has_k0) rows[sample * p.c + first_channel + k0] = row_constants(s, weight0, bias0);
     for (i64 k = k0 + kPartials; k < p.channels_per_group; k += kPartials) {

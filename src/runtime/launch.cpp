@@ -80,6 +80,7 @@ void launch_call(const Call& call, const LaunchConfig& config) {
   }
   p.records = base;
   p.rows = static_cast<char*>(base) + plan.rows_offset;
+  p.part_records = static_cast<char*>(base) + plan.parts_offset;
   // finalize and apply overlap the tail of the kernel before them where the GPU can (sm_90 and later); the
   // first kernel waits for whatever the stream ran before, as any launch does.
   const bool overlap = device.major >= 9;
@@ -88,8 +89,16 @@ void launch_call(const Call& call, const LaunchConfig& config) {
     launch_kernel(d, kernels.kernel(biased ? kStatsBiased : kStats), plan.stats_blocks, plan.threads, stream, p,
                   "cuLaunchKernel(chunk_stats)", false, plan.stats_shared_bytes);
   }
+  if (call.stats_mode != kernel::kStatsRead && p.parts_per_group > 1) {
+    // A group of many records: its parts merged by a block each first (gnsilu_params.cuh: kFinalizeParts).
+    p.finalize_stage = kernel::kFinalizeParts;
+    launch_kernel(d, kernels.kernel(kFinalize), plan.finalize_part_blocks, plan.finalize_threads, stream, p,
+                  "cuLaunchKernel(finalize, parts)", overlap);
+    p.finalize_stage = kernel::kFinalizeMerge;
+  }
   launch_kernel(d, kernels.kernel(kFinalize), plan.finalize_blocks, plan.finalize_threads, stream, p,
                 "cuLaunchKernel(finalize)", overlap && call.stats_mode != kernel::kStatsRead);
+  p.finalize_stage = kernel::kFinalizeWhole;
   if (call.stats_mode != kernel::kStatsWrite && g.padded()) {
     launch_kernel(d, kernels.kernel(kApplyPadded), plan.padded_blocks, kPaddedThreads, stream, p,
                   "cuLaunchKernel(apply_padded)", overlap);

@@ -25,6 +25,12 @@ constexpr int kTileSliceBytes[] = {32, 16};
 
 std::atomic<int> forced_slice_bytes{0};
 
+// finalize in parts (finalize_parts): groups of at least kPartsFrom chunk records are merged in parts of about
+// kPartChunks records (two a thread of finalize's block), at most kMaxParts a group.
+constexpr int64_t kPartsFrom = 2048;
+constexpr int64_t kPartChunks = 512;
+constexpr int64_t kMaxParts = 256;
+
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 bool aligned(std::uintptr_t address, std::size_t bytes) { return address % bytes == 0; }
@@ -184,6 +190,13 @@ void check_path(const Geometry& g, Path requested) {
   }
 }
 
+FinalizeParts finalize_parts(const Geometry& g) {
+  if (g.chunks_per_group < kPartsFrom) return {1, g.chunks_per_group};
+  const int64_t wanted = std::min(ceil_div(g.chunks_per_group, kPartChunks), kMaxParts);
+  const int64_t chunks = ceil_div(g.chunks_per_group, wanted);
+  return {ceil_div(g.chunks_per_group, chunks), chunks};  // every part holds at least one record
+}
+
 kernel::Params params_of(const Geometry& g) {
   kernel::Params p{};
   p.n = g.n;
@@ -198,15 +211,34 @@ kernel::Params params_of(const Geometry& g) {
   p.chunk_channels = g.chunk_channels;
   p.chunks_per_row = g.chunks_per_row;
   p.full_chunks = g.full_chunks() ? 1 : 0;
+  const FinalizeParts parts = finalize_parts(g);
+  p.parts_per_group = parts.parts;
+  p.part_chunks = parts.chunks;
   return p;
 }
 
-std::size_t split_workspace_bytes(const Geometry& g) {
-  if (g.numel == 0) return 0;
-  const std::size_t records = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(exact::ChunkRecord), kAlign);
+namespace {
+// The split path's workspace: chunk records, then row constants, then (finalize in parts) the parts' records.
+struct WorkspaceLayout {
+  std::size_t rows_offset = 0;
+  std::size_t parts_offset = 0;
+  std::size_t bytes = 0;
+};
+WorkspaceLayout workspace_layout(const Geometry& g) {
+  WorkspaceLayout w;
+  if (g.numel == 0) return w;
+  w.rows_offset = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(exact::ChunkRecord), kAlign);
   const std::size_t rows = static_cast<std::size_t>(g.n * g.c) * sizeof(math::RowConstants);
-  return round_up(records + rows, kAlign);
+  w.parts_offset = round_up(w.rows_offset + rows, kAlign);
+  const int64_t parts = finalize_parts(g).parts;
+  const std::size_t part_records =
+      parts > 1 ? static_cast<std::size_t>(g.groups_total * parts) * sizeof(exact::Record) : 0;
+  w.bytes = round_up(w.parts_offset + part_records, kAlign);
+  return w;
 }
+}  // namespace
+
+std::size_t split_workspace_bytes(const Geometry& g) { return workspace_layout(g).bytes; }
 
 bool vectorizable(const Geometry& g, const Addresses& a) {
   const int64_t row = g.layout == Layout::ChannelsLast ? g.c : g.s;
@@ -259,9 +291,13 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path path, int sms
     const int64_t warps_needed = ceil_div(g.chunks_total, config.stages);
     plan.stats_blocks = static_cast<unsigned>(std::clamp<int64_t>(ceil_div(warps_needed, config.warps), 1, max_blocks));
   }
-  // finalize: one block of 256 threads per group.
+  // finalize: one block of 256 threads per group; for groups of many records first one per part of a group's.
   plan.finalize_blocks = static_cast<unsigned>(std::min<int64_t>(g.groups_total, int64_t{1} << 20));
   plan.finalize_threads = static_cast<unsigned>(math::kPartials);
+  if (p.parts_per_group > 1) {
+    plan.finalize_part_blocks =
+        static_cast<unsigned>(std::min<int64_t>(g.groups_total * p.parts_per_group, int64_t{1} << 20));
+  }
   const int64_t wanted_tiles = max_blocks * 4;
   if (last) {
     // apply: ((slice of columns, sample), block of pixels) items, a few per block of the grid, each at least
@@ -305,8 +341,10 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path path, int sms
                                 : math::padded_tiling(g.pad, g.n * g.c, staged).tiles;
     plan.padded_blocks = static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t{8} * sms));
   }
-  plan.rows_offset = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(exact::ChunkRecord), kAlign);
-  plan.workspace = split_workspace_bytes(g);
+  const WorkspaceLayout w = workspace_layout(g);
+  plan.rows_offset = w.rows_offset;
+  plan.parts_offset = w.parts_offset;
+  plan.workspace = w.bytes;
   return plan;
 }
 

@@ -74,7 +74,18 @@ struct Plan {
   unsigned padded_blocks = 0;     // apply_padded (in place of apply), kPaddedThreads threads a block
   std::size_t workspace = 0;      // bytes the plan needs
   std::size_t rows_offset = 0;    // where the per-row constants start in the workspace
+  unsigned finalize_part_blocks = 0;  // finalize in parts (params.parts_per_group > 1): its first launch's blocks
+  std::size_t parts_offset = 0;   // where the parts' records start in the workspace
 };
+
+// How finalize merges a group's chunk records: in `parts` parts of `chunks` records (the last may hold fewer), each
+// merged by a block of its own before one block a group adds the parts' records; 1 part (the whole group) below 2048
+// records a group. Exact integer additions: the parts change no bit.
+struct FinalizeParts {
+  int64_t parts = 1;
+  int64_t chunks = 0;
+};
+FinalizeParts finalize_parts(const Geometry& geometry);
 
 // The path a call takes: `requested` (which check_path accepted), or for Auto the library's choice (which depends on
 // the geometry and the device, not on the launch configuration). The API checks the request before it looks for a

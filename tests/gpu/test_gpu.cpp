@@ -527,9 +527,11 @@ TEST_CASE("channels-last statistics tiles of 16, 32 and 64 bytes a pixel give th
 
 TEST_CASE("finalize: groups of 1 to 4097 chunk records (records held in registers, and the loop beyond 4096) match the reference") {
   // finalize keeps a group's records in registers up to 1, 4 and 16 per thread (256, 1024, 4096 records) and
-  // loops over them beyond: groups at and next to each boundary, with a partial last chunk where the length allows.
-  const int64_t lengths[] = {1000, 256 * 1024, 256 * 1024 + 5, 1024 * 1024, 1024 * 1024 + 1024, 4096 * 1024,
-                             4096 * 1024 + 3, 4097 * 1024};
+  // loops over them beyond; from 2048 records it merges them in parts (two launches): groups at and next to each
+  // boundary, with a partial last chunk where the length allows.
+  const int64_t lengths[] = {1000,        256 * 1024,         256 * 1024 + 5,  1024 * 1024, 1024 * 1024 + 1024,
+                             2047 * 1024, 2048 * 1024,        2048 * 1024 + 1, 4096 * 1024, 4096 * 1024 + 3,
+                             4097 * 1024};
   std::size_t runs = 0, differ = 0;
   for (const int64_t length : lengths) {
     for (auto [xd, data] : {std::pair{DType::BF16, Data::LargeMean}, std::pair{DType::FP32, Data::Normal}}) {
@@ -554,6 +556,52 @@ TEST_CASE("finalize: groups of 1 to 4097 chunk records (records held in register
     }
   }
   MESSAGE(runs << " runs, groups of 1 to 4097 records: " << runs - differ << " equal to the reference");
+  CHECK(differ == 0);
+}
+
+TEST_CASE("finalize in parts: large groups of every kind of data, in both layouts, give the reference's bits") {
+  // Groups of 2048 records and more are merged in parts by two launches of finalize (plan.cpp: finalize_parts):
+  // parts of unequal length (2931 records in 6 parts), chunks summed element by element within a part (wide
+  // ranges), NaN and Inf in one part, a single group of 2^22 elements. (The regions case below takes such groups
+  // through group_stats.)
+  struct Shape {
+    std::vector<int64_t> dims;
+    int64_t groups;
+  };
+  const Shape shapes[] = {{{1, 3, 1000, 1000}, 1}, {{1, 64, 256, 256}, 1}, {{2, 64, 256, 256}, 2}};
+  const Data kinds[] = {Data::Normal, Data::LargeMean, Data::WideRange, Data::WithNaN, Data::WithInf,
+                        Data::TinySpread};
+  std::size_t runs = 0, differ = 0;
+  for (const Shape& shape : shapes) {
+    const gnsilu::detail::Geometry geometry = gnsilu::detail::make_geometry(shape.dims, shape.groups);
+    REQUIRE(gnsilu::detail::finalize_parts(geometry).parts > 1);
+    const auto n = static_cast<std::size_t>(numel(shape.dims));
+    const auto group_length = n / static_cast<std::size_t>(shape.dims[0] * shape.groups);
+    const Extent e = extent_of(shape.dims);
+    for (const Data data : kinds) {
+      for (const DType xd : {DType::BF16, DType::FP16}) {
+        const HostTensor x_first = make_input(xd, n, group_length, data, 91);
+        for (const bool last : {false, true}) {
+          HostTensor x = last ? relayout(x_first, e.n, e.c, e.s, true) : x_first;
+          ReferenceCase c(x, shape.dims, shape.groups, last ? Layout::ChannelsLast : Layout::ChannelsFirst);
+          HostTensor got(DType::BF16, n);
+          gnsilu::LaunchOptions split;
+          split.path = Path::Split;
+          c.dy.fill(0xFF);
+          gnsilu::group_norm_silu(c.problem, nullptr, {}, split);
+          device_sync();
+          c.dy.download(got.data());
+          ++runs;
+          if (got.bytes != c.expected.bytes) {
+            ++differ;
+            FAIL_CHECK(shape.dims[1] << " channels, " << data_name(data) << ", x " << gnsilu::dtype_name(xd)
+                                     << (last ? ", channels-last" : "") << ": differs from the reference");
+          }
+        }
+      }
+    }
+  }
+  MESSAGE(runs << " runs of groups merged in parts: " << runs - differ << " equal to the reference");
   CHECK(differ == 0);
 }
 
@@ -1078,7 +1126,9 @@ TEST_CASE("regions: group_stats writes the reference's records, and group_norm_a
   // tensor of its own, gives the CPU reference's records word for word (both normalized); their sum applied to the
   // whole tensor gives group_norm_silu's bits, and applied to a region, that region's part of them.
   std::mt19937_64 random(41);
-  const std::vector<std::vector<int64_t>> shapes = {{1, 64, 40, 52}, {2, 32, 3, 24, 20}, {1, 128, 33, 31}};
+  // The last: groups of 2048 records, merged in parts by finalize (plan.cpp: finalize_parts).
+  const std::vector<std::vector<int64_t>> shapes = {{1, 64, 40, 52}, {2, 32, 3, 24, 20}, {1, 128, 33, 31},
+                                                    {1, 8, 2048, 1024}};
   std::size_t regions = 0, differ = 0;
   for (const auto& dims : shapes) {
     const Extent e = extent_of(dims);

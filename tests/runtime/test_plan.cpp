@@ -187,6 +187,48 @@ TEST_CASE("split plans cover every chunk, group and element with the configured 
   CHECK_THROWS_WITH_AS(gnsilu::detail::check_config(bad), doctest::Contains("'config.elems_per_load'"), gnsilu::Error);
 }
 
+TEST_CASE("finalize merges groups of 2048 records and more in parts: every record in one part, the parts in the workspace") {
+  using gnsilu::detail::finalize_parts;
+  struct Case {
+    std::vector<int64_t> dims;
+    int64_t groups;
+    int64_t parts;
+    int64_t chunks;
+  };
+  const Case cases[] = {
+      {{1, 32, 256, 256}, 32, 1, 64},        // 64 records a group: one part (one block a group, as before)
+      {{1, 2047, 1024}, 1, 1, 2047},         // just below the threshold
+      {{1, 2048, 1024}, 1, 4, 512},          // 2048 records: 4 parts of 512
+      {{1, 3, 1000, 1000}, 1, 6, 489},       // 3 x 977 = 2931 records: 6 parts, the last of 486
+      {{1, 64, 512, 512}, 1, 32, 512},       // a single group of 2^24 elements: 16384 records
+      {{4, 128, 1024, 1024}, 32, 8, 512},    // 4096 records a group, 128 groups
+      {{1, 1, int64_t{1} << 31}, 1, 256, 8192},  // 2^21 records: at most 256 parts
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.dims[1]);
+    const Geometry g = make_geometry(c.dims, c.groups);
+    const auto parts = finalize_parts(g);
+    CHECK(parts.parts == c.parts);
+    CHECK(parts.chunks == c.chunks);
+    CHECK((parts.parts - 1) * parts.chunks < g.chunks_per_group);  // no part is empty
+    CHECK(parts.parts * parts.chunks >= g.chunks_per_group);       // every record in a part
+    const Plan plan = make_plan(g, gnsilu::default_config(Path::Split), Path::Split, 132);
+    CHECK(plan.params.parts_per_group == parts.parts);
+    CHECK(plan.params.part_chunks == parts.chunks);
+    CHECK(plan.params.finalize_stage == gnsilu::kernel::kFinalizeWhole);
+    if (parts.parts > 1) {
+      CHECK(static_cast<int64_t>(plan.finalize_part_blocks) == g.groups_total * parts.parts);
+      CHECK(plan.parts_offset % 256 == 0);
+      CHECK(plan.parts_offset >= plan.rows_offset + static_cast<std::size_t>(g.n * g.c) * 16);
+      CHECK(plan.workspace >= plan.parts_offset + static_cast<std::size_t>(g.groups_total * parts.parts) * 256);
+    } else {
+      CHECK(plan.finalize_part_blocks == 0u);
+      CHECK(plan.workspace >= plan.rows_offset + static_cast<std::size_t>(g.n * g.c) * 16);
+    }
+    CHECK(plan.workspace == gnsilu::workspace_size(c.dims, c.groups));
+  }
+}
+
 TEST_CASE("16-byte vectors need aligned pointers and rows of a multiple of 8 elements") {
   alignas(16) static unsigned char buffer[64];
   const Geometry aligned = make_geometry(std::vector<int64_t>{1, 4, 16}, 2);
