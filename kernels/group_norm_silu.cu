@@ -18,8 +18,9 @@
 //     finalize     one block per group: adds the group's records exactly (128-bit sums per thread, each
 //                  thread's loads issued ahead of its additions, then per warp, then the warps' sums in warp
 //                  0), rounds the mean and variance once, writes per-(n, c) constants. The same kernel for
-//                  both layouts. Groups of 2048 records and more: two launches, one block per part of a
-//                  group's records, then one block per group adding its parts' records.
+//                  both layouts. Calls of few groups of many records (plan.cpp: finalize_parts): two
+//                  launches, one block per part of a group's records, then one block per group adding its
+//                  parts' records.
 //     apply        NCHW: tiles of (row, span): y = silu(fma(fma(x, u, -z), k, c)), 16-byte loads and stores;
 //                  for 16-bit outputs SiLU is estimated with MUFU and silu32 runs only where the estimate
 //                  cannot decide the rounding (gnsilu_math.cuh). NHWC: items of (sample, block of pixels,

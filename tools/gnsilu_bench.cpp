@@ -2,7 +2,7 @@
 //
 //   gnsilu-bench shapes   [--shapes 1x512x128x128,...|--preset flux|layouts] [--dtypes bf16,fp16] [--groups 32]
 //                         [--repeats 30] [--paths split,fused] [--configs e16w8s2p4,...] [--layouts nchw,nhwc]
-//                         [--activations silu,none] [--tile-slice 16|32|64]
+//                         [--activations silu,none] [--tile-slice 16|32|64] [--parts-from RECORDS]
 //       For each shape, dtype, layout and activation, in one run on the same tensors: a device-to-device copy of
 //       x (the floor), gnsilu as an application sees it (tuned on first use, through the cache), the default
 //       configuration, and every candidate configuration timed by hand; CUDA events, L2 flushed before every
@@ -10,7 +10,8 @@
 //       of itself, as in an application), median of the rounds. Bytes per element, GB/s and the ratio to the
 //       copy; with both layouts, a last table of each shape's channels-last ratio next to its channel-major one.
 //       --tile-slice forces the bytes per pixel of the channels-last statistics tiles (an experiment knob; the
-//       library chooses).
+//       library chooses). --parts-from merges every group of at least RECORDS chunk records (1024 elements each)
+//       in parts, whatever the number of groups (the rule of plan.cpp's finalize_parts, timed).
 //   gnsilu-bench after    [the options of shapes; --paths takes its first path, split by default]
 //       Each configuration timed right after one untimed run of a predecessor (a copy of x, or each configuration,
 //       itself included): how much what ran just before changes a call's time (docs/PERFORMANCE.md, v26, v27).
@@ -81,6 +82,7 @@ struct Args {
   std::vector<gnsilu::Layout> layouts = {gnsilu::Layout::ChannelsFirst};
   std::vector<gnsilu::Activation> activations = {gnsilu::Activation::SiLU};
   int tile_slice = 0;
+  long long parts_from = 0;
 };
 
 // The shapes of the layouts benchmark (docs/PERFORMANCE.md): VAE channel counts with 32 groups (4, 8 and 16
@@ -181,6 +183,9 @@ Args parse(int argc, char** argv) {
         if (!activation) throw std::runtime_error("--activations: unknown activation \"" + s + "\" (silu, none)");
         a.activations.push_back(*activation);
       }
+    } else if (arg == "--parts-from") {
+      a.parts_from = std::stoll(value());
+      if (a.parts_from < 1) throw std::runtime_error("--parts-from: a number of chunk records, at least 1");
     } else if (arg == "--tile-slice") {
       a.tile_slice = std::stoi(value());
       if (a.tile_slice != 16 && a.tile_slice != 32 && a.tile_slice != 64) throw std::runtime_error("--tile-slice: 16, 32 or 64");
@@ -271,6 +276,8 @@ int run_shapes(const Args& a) {
       dev.name.c_str(), dev.arch(), dev.sms, dev.l2_bytes >> 20, a.repeats);
   if (a.tile_slice != 0) std::printf("channels-last statistics tiles forced to %d bytes a pixel\n", a.tile_slice);
   gd::force_tile_slice_bytes(a.tile_slice);
+  if (a.parts_from != 0) std::printf("finalize in parts forced for groups of %lld records and more\n", a.parts_from);
+  gd::force_finalize_parts_from(a.parts_from);
   gt::EventTimer timer(gpu.context(), static_cast<std::size_t>(dev.l2_bytes));
   json rows = json::array();
   std::vector<std::string> lines;
@@ -367,6 +374,7 @@ int run_shapes(const Args& a) {
       for (gnsilu::Activation activation : a.activations)
         for (gnsilu::Layout layout : a.layouts) bench(shape, dtype, layout, activation);
   gd::force_tile_slice_bytes(0);
+  gd::force_finalize_parts_from(0);
   std::printf("\n%-18s %-5s %-7s %7s %8s %9s %7s %9s %9s %-14s %7s %-8s %s\n", "shape", "dtype", "layout", "MiB",
               "copy us", "gnsilu us", "/copy", "default", "best hand", "best config", "GB/s", "path",
               "other paths (best by hand, us)");

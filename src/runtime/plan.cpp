@@ -24,10 +24,15 @@ constexpr int64_t kFusedSmallElements = int64_t{1} << 20;
 constexpr int kTileSliceBytes[] = {32, 16};
 
 std::atomic<int> forced_slice_bytes{0};
+std::atomic<int64_t> forced_parts_from{0};
 
-// finalize in parts (finalize_parts): groups of at least kPartsFrom chunk records are merged in parts of about
-// kPartChunks records (two a thread of finalize's block), at most kMaxParts a group.
-constexpr int64_t kPartsFrom = 2048;
+// finalize in parts (finalize_parts): groups of at least kPartsFrom chunk records, in calls of at most kPartsMaxGroups
+// groups, are merged in parts of about kPartChunks records (two a thread of finalize's block), at most kMaxParts a
+// group. Measured on an H100 (docs/PERFORMANCE.md, "Finalize in parts"): one group of 16384 records 90 -> 73 us in
+// bf16, of 65536 records 344 -> 191 us, four of 16384 214 -> 188 us; but one group of 4096 records 36 -> 45 us, and 32
+// and 128 groups of 4096 records 3% slower.
+constexpr int64_t kPartsFrom = 16384;
+constexpr int64_t kPartsMaxGroups = 4;
 constexpr int64_t kPartChunks = 512;
 constexpr int64_t kMaxParts = 256;
 
@@ -60,6 +65,7 @@ int fused_width(const Geometry& g, const Addresses& a) {
 }  // namespace
 
 void force_tile_slice_bytes(int bytes) { forced_slice_bytes.store(bytes); }
+void force_finalize_parts_from(int64_t records) { forced_parts_from.store(records); }
 
 Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups, Layout layout) {
   if (shape.data() == nullptr && !shape.empty()) throw_invalid("shape", "is null");
@@ -191,7 +197,10 @@ void check_path(const Geometry& g, Path requested) {
 }
 
 FinalizeParts finalize_parts(const Geometry& g) {
-  if (g.chunks_per_group < kPartsFrom) return {1, g.chunks_per_group};
+  const int64_t forced = forced_parts_from.load();
+  const bool in_parts = forced > 0 ? g.chunks_per_group >= forced
+                                   : g.chunks_per_group >= kPartsFrom && g.groups_total <= kPartsMaxGroups;
+  if (!in_parts) return {1, g.chunks_per_group};
   const int64_t wanted = std::min(ceil_div(g.chunks_per_group, kPartChunks), kMaxParts);
   const int64_t chunks = ceil_div(g.chunks_per_group, wanted);
   return {ceil_div(g.chunks_per_group, chunks), chunks};  // every part holds at least one record

@@ -79,8 +79,8 @@ struct Plan {
 };
 
 // How finalize merges a group's chunk records: in `parts` parts of `chunks` records (the last may hold fewer), each
-// merged by a block of its own before one block a group adds the parts' records; 1 part (the whole group) below 2048
-// records a group. Exact integer additions: the parts change no bit.
+// merged by a block of its own before one block a group adds the parts' records; 1 part (the whole group) below 16384
+// records a group or in calls of more than 4 groups. Exact integer additions: the parts change no bit.
 struct FinalizeParts {
   int64_t parts = 1;
   int64_t chunks = 0;
@@ -116,5 +116,8 @@ inline bool vectorizable(const Geometry& geometry, const void* x, const void* y)
 // Bytes per pixel of a channels-last statistics tile's slice (16, 32 or 64): tests and gnsilu-bench may force
 // one; 0 restores the library's choice. Not thread-safe against concurrent calls.
 void force_tile_slice_bytes(int bytes);
+// Finalize in parts for every group of at least `records` chunk records, whatever the call's number of groups (tests
+// take the parts' boundaries on small tensors; gnsilu-bench times the rule); 0 restores the library's rule.
+void force_finalize_parts_from(int64_t records);
 
 }  // namespace gnsilu::detail

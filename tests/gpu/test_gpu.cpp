@@ -79,6 +79,14 @@ class DeviceMemory {
 
 void device_sync() { GNSILU_CHECK(drv().cuCtxSynchronize()); }
 
+// Finalize in parts forced from `records` chunk records for the scope (plan.hpp: force_finalize_parts_from).
+struct ForcedParts {
+  explicit ForcedParts(int64_t records) { gnsilu::detail::force_finalize_parts_from(records); }
+  ~ForcedParts() { gnsilu::detail::force_finalize_parts_from(0); }
+  ForcedParts(const ForcedParts&) = delete;
+  ForcedParts& operator=(const ForcedParts&) = delete;
+};
+
 struct Shape {
   std::vector<int64_t> dims;
   int64_t groups;
@@ -527,8 +535,9 @@ TEST_CASE("channels-last statistics tiles of 16, 32 and 64 bytes a pixel give th
 
 TEST_CASE("finalize: groups of 1 to 4097 chunk records (records held in registers, and the loop beyond 4096) match the reference") {
   // finalize keeps a group's records in registers up to 1, 4 and 16 per thread (256, 1024, 4096 records) and
-  // loops over them beyond; from 2048 records it merges them in parts (two launches): groups at and next to each
-  // boundary, with a partial last chunk where the length allows.
+  // loops over them beyond; with parts forced from 2048 records (the library's rule starts at 16384), it merges them
+  // in parts (two launches): groups at and next to each boundary, with a partial last chunk where the length allows.
+  const ForcedParts forced(2048);
   const int64_t lengths[] = {1000,        256 * 1024,         256 * 1024 + 5,  1024 * 1024, 1024 * 1024 + 1024,
                              2047 * 1024, 2048 * 1024,        2048 * 1024 + 1, 4096 * 1024, 4096 * 1024 + 3,
                              4097 * 1024};
@@ -560,15 +569,16 @@ TEST_CASE("finalize: groups of 1 to 4097 chunk records (records held in register
 }
 
 TEST_CASE("finalize in parts: large groups of every kind of data, in both layouts, give the reference's bits") {
-  // Groups of 2048 records and more are merged in parts by two launches of finalize (plan.cpp: finalize_parts):
-  // parts of unequal length (2931 records in 6 parts), chunks summed element by element within a part (wide
-  // ranges), NaN and Inf in one part, a single group of 2^22 elements. (The regions case below takes such groups
+  // Groups of many records are merged in parts by two launches of finalize (plan.cpp: finalize_parts), here forced
+  // from 2048 records so that the tensors stay small: parts of unequal length (2931 records in 6 parts), chunks summed element by element
+  // within a part (wide ranges), NaN and Inf in one part, a single group of 2^22 elements. (The regions case below takes such groups
   // through group_stats.)
   struct Shape {
     std::vector<int64_t> dims;
     int64_t groups;
   };
   const Shape shapes[] = {{{1, 3, 1000, 1000}, 1}, {{1, 64, 256, 256}, 1}, {{2, 64, 256, 256}, 2}};
+  const ForcedParts forced(2048);
   const Data kinds[] = {Data::Normal, Data::LargeMean, Data::WideRange, Data::WithNaN, Data::WithInf,
                         Data::TinySpread};
   std::size_t runs = 0, differ = 0;
@@ -1126,9 +1136,10 @@ TEST_CASE("regions: group_stats writes the reference's records, and group_norm_a
   // tensor of its own, gives the CPU reference's records word for word (both normalized); their sum applied to the
   // whole tensor gives group_norm_silu's bits, and applied to a region, that region's part of them.
   std::mt19937_64 random(41);
-  // The last: groups of 2048 records, merged in parts by finalize (plan.cpp: finalize_parts).
+  // The last: groups of 2048 records, merged in parts by finalize (plan.cpp: finalize_parts; forced from 2048).
   const std::vector<std::vector<int64_t>> shapes = {{1, 64, 40, 52}, {2, 32, 3, 24, 20}, {1, 128, 33, 31},
                                                     {1, 8, 2048, 1024}};
+  const ForcedParts forced(2048);
   std::size_t regions = 0, differ = 0;
   for (const auto& dims : shapes) {
     const Extent e = extent_of(dims);

@@ -187,25 +187,35 @@ TEST_CASE("split plans cover every chunk, group and element with the configured 
   CHECK_THROWS_WITH_AS(gnsilu::detail::check_config(bad), doctest::Contains("'config.elems_per_load'"), gnsilu::Error);
 }
 
-TEST_CASE("finalize merges groups of 2048 records and more in parts: every record in one part, the parts in the workspace") {
+TEST_CASE("finalize merges groups of 16384 records and more in parts in calls of at most 4 groups: every record in one part, the parts in the workspace") {
   using gnsilu::detail::finalize_parts;
   struct Case {
     std::vector<int64_t> dims;
     int64_t groups;
     int64_t parts;
     int64_t chunks;
+    int64_t forced_from;  // force_finalize_parts_from (0: the library's rule)
   };
   const Case cases[] = {
-      {{1, 32, 256, 256}, 32, 1, 64},        // 64 records a group: one part (one block a group, as before)
-      {{1, 2047, 1024}, 1, 1, 2047},         // just below the threshold
-      {{1, 2048, 1024}, 1, 4, 512},          // 2048 records: 4 parts of 512
-      {{1, 3, 1000, 1000}, 1, 6, 489},       // 3 x 977 = 2931 records: 6 parts, the last of 486
-      {{1, 64, 512, 512}, 1, 32, 512},       // a single group of 2^24 elements: 16384 records
-      {{4, 128, 1024, 1024}, 32, 8, 512},    // 4096 records a group, 128 groups
-      {{1, 1, int64_t{1} << 31}, 1, 256, 8192},  // 2^21 records: at most 256 parts
+      {{1, 32, 256, 256}, 32, 1, 64, 0},         // 64 records a group: one part (one block a group)
+      {{1, 4096, 1024}, 1, 1, 4096, 0},          // 4096 records: one block (parts lost time there)
+      {{1, 16383, 1024}, 1, 1, 16383, 0},        // just below the threshold
+      {{1, 16384, 1024}, 1, 32, 512, 0},         // 16384 records: 32 parts of 512
+      {{1, 64, 512, 512}, 1, 32, 512, 0},        // a single group of 2^24 elements: 16384 records
+      {{1, 64, 1024, 1024}, 1, 128, 512, 0},     // 2^26 elements: 65536 records
+      {{1, 4, 4096, 4096}, 4, 32, 512, 0},       // 4 groups of 16384 records: in parts
+      {{1, 5, 4096, 4096}, 5, 1, 16384, 0},      // 5 groups: one block a group
+      {{4, 128, 1024, 1024}, 32, 1, 4096, 0},    // 4096 records a group, 128 groups: one block a group
+      {{1, 1, int64_t{1} << 31}, 1, 256, 8192, 0},  // 2^21 records: at most 256 parts
+      {{1, 2047, 1024}, 1, 1, 2047, 2048},       // forced from 2048: just below
+      {{1, 2048, 1024}, 1, 4, 512, 2048},        // 2048 records: 4 parts of 512
+      {{1, 3, 1000, 1000}, 1, 6, 489, 2048},     // 3 x 977 = 2931 records: 6 parts, the last of 486
+      {{4, 128, 1024, 1024}, 32, 8, 512, 2048},  // forced: whatever the number of groups
   };
   for (const Case& c : cases) {
     CAPTURE(c.dims[1]);
+    CAPTURE(c.forced_from);
+    gnsilu::detail::force_finalize_parts_from(c.forced_from);
     const Geometry g = make_geometry(c.dims, c.groups);
     const auto parts = finalize_parts(g);
     CHECK(parts.parts == c.parts);
@@ -227,6 +237,7 @@ TEST_CASE("finalize merges groups of 2048 records and more in parts: every recor
     }
     CHECK(plan.workspace == gnsilu::workspace_size(c.dims, c.groups));
   }
+  gnsilu::detail::force_finalize_parts_from(0);
 }
 
 TEST_CASE("16-byte vectors need aligned pointers and rows of a multiple of 8 elements") {
