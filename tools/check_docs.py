@@ -20,10 +20,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTS = ["README.md", "CONTRIBUTING.md", "python/README.md", "docs/API.md", "docs/DESIGN.md",
              "docs/EXACT_STATISTICS.md", "docs/PERFORMANCE.md"]
-# Documents whose text names no work session (the others still tell their history; they join this list as they are
-# rewritten).
-CURRENT = ["README.md", "CONTRIBUTING.md", "python/README.md", "docs/API.md", "docs/DESIGN.md",
-           "docs/EXACT_STATISTICS.md"]
+# Documents whose text names no work session: all of them.
+CURRENT = DOCUMENTS
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 SESSION = re.compile(r"\bsessions? \d+\b", re.IGNORECASE)
 

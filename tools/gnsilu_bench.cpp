@@ -14,7 +14,8 @@
 //       in parts, whatever the number of groups (the rule of plan.cpp's finalize_parts, timed).
 //   gnsilu-bench after    [the options of shapes; --paths takes its first path, split by default]
 //       Each configuration timed right after one untimed run of a predecessor (a copy of x, or each configuration,
-//       itself included): how much what ran just before changes a call's time (docs/PERFORMANCE.md, v26, v27).
+//       itself included): how much what ran just before changes a call's time (docs/PERFORMANCE.md, "Tuning and
+//       timing").
 //   gnsilu-bench start    [--shape ...]   time to the first and second result in this process, and where the
 //                                         configuration and kernels came from (cold or warm cache)
 //   gnsilu-bench overhead                 host time of a call whose configuration is resolved (tiny tensor)
@@ -433,9 +434,10 @@ int run_start(const Args& a, bool worker) {
   return 0;
 }
 
-// What ran just before a call changes its time (PERFORMANCE.md, v26): each configuration c timed right after one
-// untimed run of a predecessor (a copy of x, or any configuration, c itself included), every pair once a round, rounds
-// interleaved, L2 flushed between the predecessor and the timed run as before every timed run; the median per pair.
+// What ran just before a call changes its time (docs/PERFORMANCE.md, "Tuning and timing"): each configuration c timed
+// right after one untimed run of a predecessor (a copy of x, or any configuration, c itself included), every pair once
+// a round, rounds interleaved, L2 flushed between the predecessor and the timed run as before every timed run; the
+// median per pair.
 int run_after(const Args& a) {
   const gt::PrimaryContext gpu;
   const gd::DeviceInfo& dev = gpu.info();

@@ -17,7 +17,7 @@ The output has x's strides (torch.empty_like(x)), as the op's fake implementatio
 
 A call whose key (what the dense path's fast table keys on: x's shape, strides, dtype and device, the arguments, and
 weight's, bias's and input_bias's dtype, device, shape and strides) was checked and run before takes the fast path
-(session 13: the checked path cost ~380 us of host time a call in Magvit's compiled decode, more than the GPU's
+(the checked path cost ~380 us of host time a call in Magvit's compiled decode, more than the GPU's
 ~100 us, so the GPU waited): the two C calls from copies of the problems built then, and the per-plane weight, bias
 and input bias of the channels-first order kept from call to call (for the same tensor object at the same version
 and address; a tensor modified in place or a new one gets its own). The bits are the checked path's.

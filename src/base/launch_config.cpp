@@ -7,12 +7,12 @@
 namespace gnsilu {
 namespace {
 
-// What the tuner times; the order is part of test_compile's pass keys (its kernel names), so the defaults are named
-// by index below rather than by place. On the H200 with the exact statistics (v13 and later), every candidate timed
-// by hand on 21 split shapes from 1 to 1024 MiB, bf16 and fp16, both layouts (76 rows, docs/PERFORMANCE.md v26):
-// e16 w4 s2 p8 was within 2.1% of each row's best from 64 MiB and 1.3% slower than the best in geometric mean (11%
-// at most), where e16 w8 s1 p4 (the default from v7c to v25) was 5.3% slower in geometric mean and up to 30% (the
-// channels-last statistics). Small fused activations favour 16-warp blocks (0.6% from the best in geometric mean).
+// What the tuner times; the order is part of test_compile's pass keys (its kernel names), so the defaults are named by
+// index below rather than by place. On the H200 with the exact statistics, every candidate timed by hand on 21 split
+// shapes from 1 to 1024 MiB, bf16 and fp16, both layouts (76 rows; docs/PERFORMANCE.md, "The tuner and the defaults"):
+// e16 w4 s2 p8 was within 2.1% of each row's best from 64 MiB and 1.3% slower than the best in geometric mean (11% at
+// most), where e16 w8 s1 p4 (the default before it) was 5.3% slower in geometric mean and up to 30% (the channels-last
+// statistics). Small fused activations favour 16-warp blocks (0.6% from the best in geometric mean).
 constexpr std::array<LaunchConfig, 6> kCandidates = {{
     {16, 8, 1, 4},
     {32, 16, 1, 2},

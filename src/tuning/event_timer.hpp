@@ -41,7 +41,7 @@ class EventTimer {
   // Each body once untimed, then `repeats` rounds that time every body once, in turn; the medians, in the bodies'
   // order. No timed run follows a run of its own body (unless there is only one): on the H200 a GroupNorm call timed
   // right after the same call ran up to 18% faster than after other work, which is how an application calls it
-  // (docs/PERFORMANCE.md, v26).
+  // (docs/PERFORMANCE.md, "Tuning and timing").
   std::vector<double> interleaved_medians_us(int repeats, const std::vector<std::function<void()>>& bodies);
 
  private:

@@ -73,12 +73,12 @@ TuneOutcome select_config(std::span<const LaunchConfig> configs, TuneBackend& ba
     }
   }
 
-  // The first pass: every candidate once a round, in turn, so that no timed run follows a run of its own
-  // configuration. A call in an application follows other kernels; on the H200 a configuration timed back to back
-  // ran up to 18% faster than the same configuration timed after another one (docs/PERFORMANCE.md, v26), and a
-  // first pass timed back to back chose leaders that the interleaved rounds below then found slower than a
-  // candidate left out. Rounds until every candidate has min_samples and the pass has taken seconds_per_candidate
-  // per candidate, or max_samples rounds.
+  // The first pass: every candidate once a round, in turn, so that no timed run follows a run of its own configuration.
+  // A call in an application follows other kernels; on the H200 a configuration timed back to back ran up to 18% faster
+  // than the same configuration timed after another one (docs/PERFORMANCE.md, "Tuning and timing"), and a first pass
+  // timed back to back chose leaders that the interleaved rounds below then found slower than a candidate left out.
+  // Rounds until every candidate has min_samples and the pass has taken seconds_per_candidate per candidate, or
+  // max_samples rounds.
   const auto started = std::chrono::steady_clock::now();
   for (int round = 0; round < budget.max_samples && usable > 0; ++round) {
     for (std::size_t i = 0; i < all.size(); ++i) {

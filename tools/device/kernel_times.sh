@@ -36,7 +36,7 @@ python3 - "$out" "$config" <<'PY'
 import csv, glob, json, os, re, statistics, sys
 out = sys.argv[1]
 # Only launches of the configuration asked for count: the library's own call and the default row run the default
-# configuration, which may be another one (session 17: a branch whose default differed mixed two configurations).
+# configuration, which may be another one (a branch whose default differed once mixed two configurations).
 want = {k: v for k, v in re.findall(r"([ewsp])(\d+)", sys.argv[2])}
 rows = {}
 for path in sorted(glob.glob(f"{out}/ncu/*.csv")):
