@@ -9,6 +9,9 @@
     python3 tools/check_docs.py python                     the README's PyTorch block run on the CPU, on a tiny
                                                            diffusers AutoencoderKL (needs PyTorch and diffusers:
                                                            exit 77 without them)
+    python3 tools/check_docs.py tune GNSILU_TUNE           every gnsilu-tune command of the README and docs/API.md
+                                                           parsed by that binary (GNSILU_TUNE_PARSE_ONLY=1: nothing
+                                                           runs, since they take a GPU or minutes of NVRTC)
 
 Exit status 1 names every failure; 2 for bad usage.
 """
@@ -136,6 +139,40 @@ def check_python():
     return []
 
 
+def tune_commands():
+    """(document, command line) for every gnsilu-tune line of the README's and API.md's sh blocks; a line of
+    alternatives ("gnsilu-tune list | show 3") gives each alternative."""
+    commands = []
+    for doc in ("README.md", "docs/API.md"):
+        for block in blocks(read(doc), "sh"):
+            for line in block.splitlines():
+                line = line.split("  #")[0].strip()
+                if line.startswith("gnsilu-tune "):
+                    for alternative in line[len("gnsilu-tune "):].split(" | "):
+                        commands.append((doc, alternative.split()))
+    return commands
+
+
+def check_tune(binary):
+    import tempfile
+    commands = tune_commands()
+    if not any(doc == "README.md" for doc, _ in commands):
+        return ["README.md: no gnsilu-tune command found in its sh blocks"]
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("shapes.json", "fleet.json", "a.json"):  # files the commands name (only their existence checked)
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write("{}\n")
+        env = dict(os.environ, GNSILU_TUNE_PARSE_ONLY="1", GNSILU_CACHE=os.path.join(tmp, "cache.sqlite"))
+        for doc, args in commands:
+            r = subprocess.run([os.path.abspath(binary)] + args, cwd=tmp, env=env, capture_output=True, text=True)
+            if r.returncode != 0 or "parsed, not run" not in r.stdout:
+                failures.append(f"{doc}: 'gnsilu-tune {' '.join(args)}' is not a valid command line (exit status "
+                                f"{r.returncode}): {(r.stdout + r.stderr).strip()[:300]}")
+    print(f"check_docs tune: {len(commands)} gnsilu-tune commands of README.md and docs/API.md parsed by {binary}")
+    return failures
+
+
 def main(argv):
     if len(argv) >= 1 and argv[0] == "links":
         failures = check_links()
@@ -143,6 +180,8 @@ def main(argv):
         failures = check_snippets(argv[1], argv[2])
     elif len(argv) == 1 and argv[0] == "python":
         failures = check_python()
+    elif len(argv) == 2 and argv[0] == "tune":
+        failures = check_tune(argv[1])
     else:
         print(__doc__, file=sys.stderr)
         return 2

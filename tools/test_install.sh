@@ -6,7 +6,8 @@
 #   2. configures and builds tests/consumer against TMP (find_package(gnsilu 0.1 CONFIG REQUIRED)) in a temporary
 #      folder and runs it with no LD_LIBRARY_PATH (it must find libgnsilu.so through its RUNPATH, and libgnsilu.so
 #      libnvrtc through its own);
-#      then builds README.md's C++, C and CMake blocks as one project against TMP (tools/check_docs.py snippets);
+#      then builds README.md's C++, C and CMake blocks as one project against TMP (tools/check_docs.py snippets)
+#      and parses the gnsilu-tune commands of README.md and docs/API.md with the installed gnsilu-tune;
 #   3. runs cpack in the build folder into a temporary folder and lists the packages' contents.
 # Every folder it writes is its own (mktemp), so it can run beside other tests; they are removed at the end
 # (kept with GNSILU_KEEP_TMP=1). Prints a summary; exits 1 on any failure, 2 on bad usage, 77 (skipped) for a
@@ -139,6 +140,10 @@ pass "the consumer: $(tail -n 1 "$tmp/consumer-run.log")"
 python3 "$source_dir/tools/check_docs.py" snippets "$prefix" "$tmp/readme" >"$tmp/readme.log" 2>&1 \
   || { cat "$tmp/readme.log"; fail "README.md's C++, C and CMake blocks build against the installed package"; }
 pass "README.md's C++, C and CMake blocks build against the installed package"
+# The gnsilu-tune commands of the README and docs/API.md, parsed by the installed gnsilu-tune (nothing runs).
+python3 "$source_dir/tools/check_docs.py" tune "$prefix/bin/gnsilu-tune" >"$tmp/readme-tune.log" 2>&1 \
+  || { cat "$tmp/readme-tune.log"; fail "README.md's and docs/API.md's gnsilu-tune commands parse"; }
+pass "README.md's and docs/API.md's gnsilu-tune commands parse ($(head -n 1 "$tmp/readme-tune.log" | grep -o '[0-9]* gnsilu-tune commands'))"
 
 # ---- 3. cpack -----------------------------------------------------------------------------------------------------
 packages=$tmp/packages
