@@ -4,7 +4,7 @@
     GNSILU_LIBRARY=build/libgnsilu.so python3 tools/bench_vae.py [--cases flux-512,flux-1024,hunyuan-video]
         [--modes eager,eager+gnsilu,compile,compile+gnsilu] [--layouts nchw,channels_last] [--runs 10]
         [--no-profile] [--memory-breakdown] [--no-exact] [--dtype bfloat16] [--json results.json]
-        [--max-gpu-bytes 8589934592] [--device-memory] [--exact-bounded]
+        [--max-gpu-bytes 8589934592] [--device-memory] [--exact-bounded] [--cap-bounded]
 
 Models, built from config dicts with random weights (seeded; no model hub):
   flux-512, flux-1024  diffusers.AutoencoderKL with the Flux VAE configuration (block_out_channels 128/256/512/512,
@@ -30,8 +30,10 @@ most frequent reasons), peak memory allocated during the decodes, the relative L
 decode of the same weights (eager, NCHW, computed once; with --exact-bounded that float32 decode runs through
 gnsilu.bounded in --max-gpu-bytes, for decodes whose float32 whole decode does not fit), with --device-memory the
 device's used memory at its peak during the timed decodes (torch.cuda.mem_get_info every millisecond, from a thread:
-what nvidia-smi shows, the CUDA context and every library's allocations included) and the allocator's reserved peak,
-and unless --no-profile a kernel-time breakdown of one
+what nvidia-smi shows, the CUDA context and every library's allocations included) and the allocator's reserved peak
+(a budgeted decode on a large card leaves the caching allocator free to keep its cache: with --cap-bounded its +bounded
+rows run with the allocator capped at what the process held before the row plus --max-gpu-bytes, as on a card of
+that size), and unless --no-profile a kernel-time breakdown of one
 decode from torch.profiler (ms a decode): convolutions, cuDNN's layout transposes, PyTorch / Inductor GroupNorm,
 gnsilu, attention, matrix products, elementwise and other kernels, then the elementwise kernels that took the most
 time, by short name (PyTorch's functor, e.g. CUDAFunctor_add for residual additions, or Inductor's fused kernel
@@ -284,6 +286,29 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
         return decode_with(case, model, value, extra)
 
     decode = plain_decode
+    capped = "+bounded" in mode and args.cap_bounded and args.device == "cuda"
+    if capped:
+        # As on a card of that size: the caching allocator may hold what the caller holds now (weights, latents) plus
+        # the budget, and must free its cache rather than grow beyond (torch.cuda.set_per_process_memory_fraction).
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        total = torch.cuda.get_device_properties(0).total_memory
+        cap = torch.cuda.memory_allocated() + args.max_gpu_bytes
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total))
+    try:
+        row = _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plain_decode, extra, case)
+        if capped:
+            row["bounded"]["allocator_cap_gib"] = cap / 2**30
+        return row
+    finally:
+        if capped:
+            torch.cuda.synchronize()
+            torch.cuda.set_per_process_memory_fraction(1.0)
+            torch.cuda.empty_cache()
+
+
+def _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plain_decode, extra, case):
+    """run_row's decodes, timed, and its row (the model and z already in their layout)."""
     compile_s = None
     torch._dynamo.reset()
     dynamo_counters = None
@@ -453,6 +478,9 @@ def main():
                         help="modes with +bounded: the GPU budget besides the weights (gnsilu.bounded.decode)")
     parser.add_argument("--device-memory", action="store_true",
                         help="poll the device's used memory during the timed decodes (a thread, every ms)")
+    parser.add_argument("--cap-bounded", action="store_true",
+                        help="modes with +bounded: PyTorch's caching allocator capped at what is held before the "
+                             "row plus --max-gpu-bytes, as on a card of that size (its cache freed, not grown)")
     parser.add_argument("--exact-bounded", action="store_true",
                         help="the float32 reference decoded by gnsilu.bounded within --max-gpu-bytes (swapped model)")
     parser.add_argument("--slab-bytes", type=int, default=512 << 20,
@@ -558,6 +586,8 @@ def main():
                                + ("the whole decode" if b["plain"] else
                                   f"{b['slabs']} slabs, host {b['host_gib']:.2f} GiB, "
                                   f"model {b['model_gpu_gib']:.2f} GiB"))
+                    if "allocator_cap_gib" in b:
+                        detail += f", allocator capped at {b['allocator_cap_gib']:.2f} GiB"
                 if row["pass"] is not None:
                     detail += f"  pass: replaced {row['pass']['replaced']}, kept {row['pass']['kept']}"
                     kept = [f"{n}x {t[5:90]}" for t, n in row["pass"]["decisions"] if t.startswith("kept")][:3]
