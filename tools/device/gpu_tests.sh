@@ -2,14 +2,16 @@
 # Runs the GPU test suite and the benchmarks on a machine with a GPU, from a build folder made elsewhere (the
 # build travels; the tests are run directly because ctest's files hold the build machine's paths). Logs go
 # under $OUT (default /tmp/gnsilu-gpu); a summary is printed last.
-# Usage: gpu_tests.sh [build] [tests|system|sanitize|python|peers|bench|layouts|profile|wheel|bench-compare OLD|all]
+# Usage: gpu_tests.sh [build] [tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|pass|
+#                              bench-compare OLD|all]
+# decodes and pass need diffusers: carry its wheel and importlib_metadata's in .whl/ (installed into /tmp/gnsilu-site).
 # Exit status: 1 when any step failed (a step that exits 77 counts as skipped, not failed), 2 for an unknown step.
 set -u
 build=${1:-build}
 what=${2:-all}
 case "$what" in
-  tests|system|sanitize|python|peers|bench|layouts|profile|wheel|bench-compare|all) ;;
-  *) echo "gpu_tests: unknown step '$what' (tests|system|sanitize|python|peers|bench|layouts|profile|wheel|bench-compare|all)" >&2
+  tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|pass|bench-compare|all) ;;
+  *) echo "gpu_tests: unknown step '$what' (tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|pass|bench-compare|all)" >&2
      exit 2;;
 esac
 out=${OUT:-/tmp/gnsilu-gpu}
@@ -139,6 +141,28 @@ PY
   )
   record "wheel from outside the checkout" "$?"
   cat "$out/wheel.log"
+fi
+if [ "$what" = decodes ] || [ "$what" = pass ]; then
+  site=/tmp/gnsilu-site
+  [ -d "$site/diffusers" ] || python3 -m pip install -q --no-deps --target "$site" .whl/*.whl > "$out/pip.log" 2>&1
+  vae=(env GNSILU_LIBRARY="$build/libgnsilu.so" PYTHONPATH="$site:python" PYTHONUNBUFFERED=1 python3 tools/bench_vae.py)
+fi
+if [ "$what" = decodes ]; then
+  # Decodes in an 8 GiB GPU budget next to the whole decode and diffusers' tiling (python/README.md, gnsilu.bounded):
+  # the allocator capped as on an 8 GiB card, the float32 reference decoded in the same budget.
+  for case in flux-4096 hunyuan-video; do
+    step "bench_vae $case in 8 GiB" "decodes-$case.log" "${vae[@]}" --cases "$case" --hunyuan-latent 9,60,104 \
+      --modes eager+gnsilu,eager+gnsilu+bounded,eager+gnsilu+tiled --layouts nchw --runs 2 --warmup 1 \
+      --max-gpu-bytes 8589934592 --device-memory --cap-bounded --exact-bounded --json "$out/decodes-$case.json"
+    sed -n '/^| case/,$p' "$out/decodes-$case.log"
+  done
+fi
+if [ "$what" = pass ]; then
+  # torch.compile alone, with gnsilu's Inductor pass, and with the swap (gnsilu.torch.enable_inductor_pass).
+  step "bench_vae compile, compile+pass, compile+gnsilu" pass.log "${vae[@]}" --cases flux-512,flux-1024,hunyuan-video \
+    --modes compile,compile+pass,compile+gnsilu --layouts nchw,channels_last --runs 10 --no-exact --no-profile \
+    --json "$out/pass.json"
+  sed -n '/^| case/,$p' "$out/pass.log"
 fi
 if [ "$what" = bench-compare ]; then
   # Speed before and after a change, in one run: the old gnsilu-bench ($3) and this build's, alternating, each with
