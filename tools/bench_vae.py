@@ -348,6 +348,11 @@ def _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plai
                 decode(z)
                 times.append((time.perf_counter() - begin) * 1e3)
             peak = float("nan")
+        # gnsilu.bounded's timeline of the last timed decode (before the profiled one below).
+        timeline = None
+        if "+bounded" in mode:
+            import gnsilu.bounded as gb
+            timeline = gb.last_timeline()
         error = float("nan")
         if exact is not None:
             reference = exact.double()  # float64: the norms of large outputs without overflow or loss
@@ -369,6 +374,13 @@ def _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plai
         p = gb.plan(model, z, args.max_gpu_bytes)
         bounded = {"plain": p.plain, "host_gib": p.host_bytes / 2**30, "slabs": p.slabs,
                    "model_gpu_gib": p.gpu_bytes / 2**30, "budget_gib": args.max_gpu_bytes / 2**30}
+        if not p.plain and timeline:
+            # Where the last timed decode spent its time, summed over its layers (gnsilu.bounded.last_timeline),
+            # and the layers that took longest.
+            total = {k: sum(t[k] or 0 for t in timeline) for k in ("wait_ms", "compute_ms", "store_tail_ms")}
+            bounded["timeline"] = {**total, "h2d_gib": sum(t["h2d_bytes"] for t in timeline) / 2**30,
+                                   "d2h_gib": sum(t["d2h_bytes"] for t in timeline) / 2**30,
+                                   "layers": timeline}
     weights = sum(t.numel() * t.element_size() for t in model.parameters()) / 2**30
     return {"mode": mode, "layout": layout, "ms": statistics.median(times), "peak_gib": peak,
             "reserved_gib": reserved, "device_used_gib": device_used, "weights_gib": weights, "bounded": bounded,
@@ -588,6 +600,14 @@ def main():
                                   f"model {b['model_gpu_gib']:.2f} GiB"))
                     if "allocator_cap_gib" in b:
                         detail += f", allocator capped at {b['allocator_cap_gib']:.2f} GiB"
+                    if "timeline" in b:
+                        t = b["timeline"]
+                        slow = sorted(t["layers"], key=lambda x: -(x["compute_ms"] + (x["wait_ms"] or 0)))[:3]
+                        detail += (f"; layers: waits at their starts {t['wait_ms']:.0f} ms, computing (waits for "
+                                   f"fetched rows included) {t['compute_ms']:.0f} ms, copies out after their last slab "
+                                   f"{t['store_tail_ms']:.0f} ms; H2D {t['h2d_gib']:.2f} GiB, D2H {t['d2h_gib']:.2f} "
+                                   "GiB; longest " + ", ".join(f"{x['layer']} {x['compute_ms']:.0f}+"
+                                                               f"{x['wait_ms'] or 0:.0f} ms" for x in slow))
                 if row["pass"] is not None:
                     detail += f"  pass: replaced {row['pass']['replaced']}, kept {row['pass']['kept']}"
                     kept = [f"{n}x {t[5:90]}" for t, n in row["pass"]["decisions"] if t.startswith("kept")][:3]

@@ -38,6 +38,7 @@ budget.
 import contextlib
 import dataclasses
 import math
+import time
 
 import torch
 import torch.nn.functional as F
@@ -46,7 +47,7 @@ from torch import nn
 from . import _api
 from . import chunked as _chunked
 
-__all__ = ["plan", "decode", "last_counts", "Plan", "Layer", "Activation"]
+__all__ = ["plan", "decode", "last_counts", "last_timeline", "Plan", "Layer", "Activation"]
 
 # Working-set model of a layer (bytes a slab holds on the GPU, as multiples of its rows' bytes): each input's rows
 # with their halo are fetched (host activations), normalized and padded (3 copies); the output rows are made and
@@ -628,6 +629,8 @@ class _Decode:
         self.merged = {}
         self.fetched = {}  # (name, start, stop) -> (rows on the GPU, the event after which they are there, or None)
         self.counts = {"fetched_ahead": 0, "fetched_late": 0, "fetched_unused": 0}
+        self.timeline = []  # a dict a layer, with its events on the GPU (timeline(): their times, once all is done)
+        self.h2d_bytes = 0  # host rows fetched so far
         cuda = device.type == "cuda"
         self.fetch_stream = torch.cuda.Stream(device) if cuda else None
         self.store_stream = torch.cuda.Stream(device) if cuda else None
@@ -637,6 +640,7 @@ class _Decode:
 
     def _host_rows(self, name, start, stop):
         part = self.tensors[name][..., start:stop, :]  # one block of host memory (_host_tensor), then the layout
+        self.h2d_bytes += part.numel() * part.element_size()
         return part.to(self.device, non_blocking=self.pin).contiguous(memory_format=self.memory_format)
 
     def begin_layer(self):
@@ -674,6 +678,7 @@ class _Decode:
     def whole(self, name):
         t = self.tensors[name]
         if self.plan.activations[name].where == "host":
+            self.h2d_bytes += t.numel() * t.element_size()
             t = t.to(self.device).contiguous(memory_format=self.memory_format)
         return t
 
@@ -715,6 +720,7 @@ class _Decode:
             return
         # The slab in the host tensor's order on the GPU first: then one block to copy, on the store stream.
         y = torch.empty_strided(dst.shape, dst.stride(), dtype=y.dtype, device=y.device).copy_(y)
+        self.timeline[-1]["d2h_bytes"] += y.numel() * y.element_size()
         if self.store_stream is None:
             dst.copy_(y)
             return
@@ -729,13 +735,37 @@ class _Decode:
             self._compute_stream().wait_stream(self.store_stream)
             self.store_stream.synchronize()
 
+    def _event(self, stream):
+        """A timed event recorded on `stream` now (None on the CPU)."""
+        if stream is None:
+            return None
+        e = torch.cuda.Event(enable_timing=True)
+        e.record(stream)
+        return e
+
     def run(self, layer, progress):
         a = self.plan.activations[layer.output]
+        cuda = self.store_stream is not None
+        entry = {"layer": layer.name, "kind": layer.kind, "output": a.where, "slabs": 0, "h2d_bytes": 0,
+                 "d2h_bytes": 0, "wall": time.perf_counter(), "ready": self._event(self._compute_stream() if cuda
+                                                                                    else None)}
+        self.timeline.append(entry)
+        h2d = self.h2d_bytes
         self.begin_layer()
+        entry["start"] = self._event(self._compute_stream() if cuda else None)
+        self._run(layer, a, progress, entry)
+        entry["computed"] = self._event(self._compute_stream() if cuda else None)
+        entry["stored"] = self._event(self.store_stream) if cuda and entry["d2h_bytes"] else None
+        entry["h2d_bytes"] = self.h2d_bytes - h2d
+        entry["wall"] = time.perf_counter() - entry["wall"]
+
+    def _run(self, layer, a, progress, entry):
         if layer.kind == "whole":
             y = layer.run(self)
             if a.groups:
                 self.merged[a.name] = _api.group_stats(y, a.groups)
+            if a.where != "gpu":
+                entry["d2h_bytes"] = y.numel() * y.element_size()
             self.tensors[a.name] = y if a.where == "gpu" else y.to("cpu")
             return
         out = self.allocate(a)
@@ -747,8 +777,26 @@ class _Decode:
             if k + 1 < len(starts):  # the next slab's host rows, fetched while this one is computed
                 self.prefetch(layer.run.needs(self, r1, min(height, r1 + layer.rows)))
             self.store(a, out, r0, layer.run(self, r0, r1))
+            entry["slabs"] += 1
             progress.update(1)
         self.tensors[a.name] = out
+
+    def times(self):
+        """The timeline with its events read (call after the decode's last synchronization): per layer, on the GPU,
+        ms its stream waited at the start for the copies out of the layers before (wait_ms), ms from then to its
+        last slab (compute_ms: its kernels and any wait for fetched rows), and ms its copies out ran on after that
+        (store_tail_ms); on the CPU the wall time (compute_ms)."""
+        out = []
+        for e in self.timeline:
+            t = {k: e[k] for k in ("layer", "kind", "output", "slabs", "h2d_bytes", "d2h_bytes")}
+            if e["ready"] is not None:
+                t["wait_ms"] = e["ready"].elapsed_time(e["start"])
+                t["compute_ms"] = e["start"].elapsed_time(e["computed"])
+                t["store_tail_ms"] = e["computed"].elapsed_time(e["stored"]) if e["stored"] is not None else 0.0
+            else:
+                t["wait_ms"], t["compute_ms"], t["store_tail_ms"] = None, e["wall"] * 1e3, 0.0
+            out.append(t)
+        return out
 
     def release(self, index):
         for name, a in self.plan.activations.items():
@@ -840,8 +888,11 @@ def decode(vae, latents, max_gpu_bytes, *, max_host_bytes=None, progress=None):
         out = d.tensors[p.layers[-1].output]
         if out.device.type == "cpu" and latents.is_cuda:
             torch.cuda.current_stream(latents.device).synchronize()  # its last slabs were copied without waiting
+        if latents.is_cuda:
+            torch.cuda.current_stream(latents.device).synchronize()  # the timeline's events
         _LAST_COUNTS.clear()
         _LAST_COUNTS.update(d.counts)
+        _LAST_TIMELINE[:] = d.times()
         return out
     finally:
         d.fetched.clear()
@@ -857,3 +908,16 @@ _LAST_COUNTS = {}
 def last_counts():
     """{"fetched_ahead", "fetched_late", "fetched_unused"} of the last layered decode (empty before one)."""
     return dict(_LAST_COUNTS)
+
+
+# Where the last layered decode spent its time, a dict a layer (_Decode.times).
+_LAST_TIMELINE = []
+
+
+def last_timeline():
+    """The last layered decode, a dict a layer in the plan's order: "layer", "kind", "output" (where it lived),
+    "slabs", "h2d_bytes" (host rows fetched for it), "d2h_bytes" (copied out), and in ms: on the GPU "wait_ms" (its
+    stream waiting at the start for the copies out of the layers before), "compute_ms" (from then to its last slab,
+    waits for fetched rows included) and "store_tail_ms" (its copies out running on after its last slab); on the CPU
+    "compute_ms" is the wall time and "wait_ms" None. Empty before a layered decode."""
+    return [dict(t) for t in _LAST_TIMELINE]

@@ -138,6 +138,15 @@ def test_every_budget_gives_the_whole_decodes_bits():
                     else:
                         assert p.host_bytes == 0
                         assert counts["fetched_ahead"] == 0, (name, budget, counts)
+                    # The timeline: a row a layer in the plan's order, its slabs, and every byte copied out (each
+                    # host activation that a layer makes, once) and fetched (host rows, halos included).
+                    timeline = gb.last_timeline()
+                    assert [t["layer"] for t in timeline] == [layer.name for layer in p.layers], name
+                    assert sum(t["slabs"] for t in timeline) == p.slabs, (name, budget)
+                    made = [a for a in hosted if a.name != "latents"]
+                    assert sum(t["d2h_bytes"] for t in timeline) == sum(a.bytes for a in made), (name, budget)
+                    assert (sum(t["h2d_bytes"] for t in timeline) > 0) == bool(hosted), (name, budget)
+                    assert all(t["wait_ms"] is None and t["compute_ms"] >= 0 for t in timeline), name
                 smallest, plans = budget, plans + 1
                 if refused is not None:
                     break  # the smallest budget that works has decoded

@@ -1409,6 +1409,11 @@ class TestBoundedDecode(SeededCuda, unittest.TestCase):
                 counts = gb.last_counts()
                 self.assertEqual(counts["fetched_late"], 0, counts)
                 self.assertEqual(counts["fetched_unused"], 0, counts)
+                timeline = gb.last_timeline()
+                self.assertEqual([t["layer"] for t in timeline], [layer.name for layer in p.layers])
+                for t in timeline:  # the events were read: every time on the GPU's clock, none negative
+                    self.assertTrue(t["wait_ms"] is not None and t["wait_ms"] >= 0 and t["compute_ms"] > 0, t)
+                    self.assertGreaterEqual(t["store_tail_ms"], 0, t)
                 to_whole, error = relative_l2(y, whole), relative_l2(y, exact)
                 self.assertLess(to_whole, whole_error)
                 self.assertLessEqual(error, 1.05 * whole_error + 1e-4)
