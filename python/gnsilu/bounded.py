@@ -858,7 +858,8 @@ def _progress(total, enabled):
 def decode(vae, latents, max_gpu_bytes, *, max_host_bytes=None, progress=None):
     """vae.decode(latents).sample computed within max_gpu_bytes of GPU memory besides the model's weights (see the
     module's text): the whole decode where it fits, else layer by layer with every GroupNorm over the whole tensor.
-    Returns the decoded tensor (on the latents' device; in host memory if the plan kept the output there). progress:
+    Returns the decoded tensor (on the latents' device; in host memory if the plan kept the output there); a layered
+    decode returns once the GPU has finished it (its timeline read: last_timeline()). progress:
     None shows a bar (tqdm, where installed) for decodes that last more than 2 s, False never. Raises ValueError before
     any work for a budget or host need it cannot meet (plan()), MemoryError if an allocation fails on the way (what
     was allocated is freed; the model is left as it was)."""
