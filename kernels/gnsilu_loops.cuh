@@ -271,7 +271,7 @@ __device__ __forceinline__ void apply_row_vectors(const Params& p, i64 begin, i6
         float v[kVec];
         unpack<XT>(raw[q], v);
         // For bf16 outputs, x again from its raw form in registers: the rare path runs often enough in some
-        // lane of a warp that reading x from memory instead measured 12% slower (PERFORMANCE.md, v6).
+        // lane of a warp that reading x from memory instead measured 12% slower (PERFORMANCE.md, "The apply pass").
         transform_values<YT, ACT, YT == kBF16>(v, same, [&](int e) { return element_of<XT>(raw[q], e); });
         store_vector<YT>(p.y, at, v);
       }

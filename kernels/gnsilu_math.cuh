@@ -558,7 +558,7 @@ __device__ __forceinline__ bool silu16_decided(float v, float f) {
 // x on entry and y on return; rc_of(e) gives element e's constants (one set for a channel-major vector, one per
 // channel for a channels-last one).
 //
-// Two ways to handle the undecided elements, which give the same bits (PERFORMANCE.md, v6, has the timings):
+// Two ways to handle the undecided elements, giving the same bits (timings: docs/PERFORMANCE.md, "The apply pass"):
 //   REDECIDE: the common path only notes whether any element was undecided, with no per-element bookkeeping;
 //     the rare path decides again element by element, x_of(e) giving element e of x again. Faster in the
 //     split path's apply for bf16 outputs (16 dropped bits: undecided elements are rare).
