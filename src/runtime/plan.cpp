@@ -227,19 +227,19 @@ kernel::Params params_of(const Geometry& g) {
 }
 
 namespace {
-// The split path's workspace: chunk records, then row constants, then (finalize in parts) the parts' records.
+// The split path's workspace: chunk records, then row constants, then (finalize in parts: `parts` a group, from
+// finalize_parts) the parts' records.
 struct WorkspaceLayout {
   std::size_t rows_offset = 0;
   std::size_t parts_offset = 0;
   std::size_t bytes = 0;
 };
-WorkspaceLayout workspace_layout(const Geometry& g) {
+WorkspaceLayout workspace_layout(const Geometry& g, int64_t parts) {
   WorkspaceLayout w;
   if (g.numel == 0) return w;
   w.rows_offset = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(exact::ChunkRecord), kAlign);
   const std::size_t rows = static_cast<std::size_t>(g.n * g.c) * sizeof(math::RowConstants);
   w.parts_offset = round_up(w.rows_offset + rows, kAlign);
-  const int64_t parts = finalize_parts(g).parts;
   const std::size_t part_records =
       parts > 1 ? static_cast<std::size_t>(g.groups_total * parts) * sizeof(exact::Record) : 0;
   w.bytes = round_up(w.parts_offset + part_records, kAlign);
@@ -247,7 +247,7 @@ WorkspaceLayout workspace_layout(const Geometry& g) {
 }
 }  // namespace
 
-std::size_t split_workspace_bytes(const Geometry& g) { return workspace_layout(g).bytes; }
+std::size_t split_workspace_bytes(const Geometry& g) { return workspace_layout(g, finalize_parts(g).parts).bytes; }
 
 bool vectorizable(const Geometry& g, const Addresses& a) {
   const int64_t row = g.layout == Layout::ChannelsLast ? g.c : g.s;
@@ -350,7 +350,7 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path path, int sms
                                 : math::padded_tiling(g.pad, g.n * g.c, staged).tiles;
     plan.padded_blocks = static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t{8} * sms));
   }
-  const WorkspaceLayout w = workspace_layout(g);
+  const WorkspaceLayout w = workspace_layout(g, p.parts_per_group);
   plan.rows_offset = w.rows_offset;
   plan.parts_offset = w.parts_offset;
   plan.workspace = w.bytes;
