@@ -134,6 +134,9 @@ def build(case, args, torch):
         shape = (1, 16, side, side)
     elif case == "hunyuan-video":
         vae = diffusers.AutoencoderKLHunyuanVideo()
+        # The whole decode: diffusers decodes latents of more than 4 frames by groups of frames by default, each with
+        # its own statistics (+tiled rows turn it back on with the spatial tiling).
+        vae.use_framewise_decoding = False
         t, h, w = (int(v) for v in args.hunyuan_latent.split(",")) if full else (2, 8, 8)
         shape = (1, 16, t, h, w)
     elif case in VIDEO_CASES:
@@ -270,6 +273,8 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
         swapped = gt.swap_group_norm_silu(model, return_counts=True, move_bias=args.move_bias)
     if "+tiled" in mode:
         model.enable_tiling()  # diffusers' own tiling: each tile normalizes with its own statistics
+        if hasattr(model, "use_framewise_decoding"):
+            model.use_framewise_decoding = True  # and HunyuanVideo's groups of frames, as diffusers has them
     model = model_in_layout(torch, model, layout)
     z = in_layout(torch, latent.to(getattr(torch, args.dtype)), layout)
 
@@ -377,7 +382,7 @@ def _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plai
         if not p.plain and timeline:
             # Where the last timed decode spent its time, summed over its layers (gnsilu.bounded.last_timeline),
             # and the layers that took longest.
-            total = {k: sum(t[k] or 0 for t in timeline) for k in ("wait_ms", "compute_ms", "store_tail_ms")}
+            total = {k: sum(t[k] or 0 for t in timeline) for k in ("compute_ms", "store_tail_ms")}
             bounded["timeline"] = {**total, "h2d_gib": sum(t["h2d_bytes"] for t in timeline) / 2**30,
                                    "d2h_gib": sum(t["d2h_bytes"] for t in timeline) / 2**30,
                                    "layers": timeline}
@@ -531,7 +536,9 @@ def main():
     for case in args.cases.split(","):
         vae, latent = build(case, args, torch)
         exact = None
-        if args.exact:
+        if args.exact:  # float32 means float32: TF32 off in its convolutions and matrix products
+            tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
             with torch.inference_mode():
                 if args.exact_bounded:
                     import gnsilu.bounded as gb
@@ -542,6 +549,7 @@ def main():
                     del reference
                 else:
                     exact = decode_with(case, vae, latent, decode_kwargs(case, latent)).float().clone()
+            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
             if not bool(torch.isfinite(exact).all()):
                 print(f"bench_vae: {case}: the float32 reference holds "
                       f"{int((~torch.isfinite(exact)).sum())} NaN or Inf of {exact.numel()}", flush=True)
@@ -602,12 +610,11 @@ def main():
                         detail += f", allocator capped at {b['allocator_cap_gib']:.2f} GiB"
                     if "timeline" in b:
                         t = b["timeline"]
-                        slow = sorted(t["layers"], key=lambda x: -(x["compute_ms"] + (x["wait_ms"] or 0)))[:3]
-                        detail += (f"; layers: waits at their starts {t['wait_ms']:.0f} ms, computing (waits for "
-                                   f"fetched rows included) {t['compute_ms']:.0f} ms, copies out after their last slab "
-                                   f"{t['store_tail_ms']:.0f} ms; H2D {t['h2d_gib']:.2f} GiB, D2H {t['d2h_gib']:.2f} "
-                                   "GiB; longest " + ", ".join(f"{x['layer']} {x['compute_ms']:.0f}+"
-                                                               f"{x['wait_ms'] or 0:.0f} ms" for x in slow))
+                        slow = sorted(t["layers"], key=lambda x: -x["compute_ms"])[:3]
+                        detail += (f"; layers: computing (waits for fetched rows included) {t['compute_ms']:.0f} ms, "
+                                   f"copies out after their last slab {t['store_tail_ms']:.0f} ms (overlapping the "
+                                   f"next layers); H2D {t['h2d_gib']:.2f} GiB, D2H {t['d2h_gib']:.2f} GiB; longest "
+                                   + ", ".join(f"{x['layer']} {x['compute_ms']:.0f} ms" for x in slow))
                 if row["pass"] is not None:
                     detail += f"  pass: replaced {row['pass']['replaced']}, kept {row['pass']['kept']}"
                     kept = [f"{n}x {t[5:90]}" for t, n in row["pass"]["decisions"] if t.startswith("kept")][:3]

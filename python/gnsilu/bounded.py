@@ -32,8 +32,9 @@ the working set and a reserve for the convolutions' workspaces, stays under max_
 memory (laid out with the height outermost, so that a slab of rows is one block to copy); the host bytes that
 takes at its peak. A budget below the smallest working set (two rows a slab, everything else on the host) is refused
 before any work with the smallest budget that works, as is a host need above max_host_bytes. Where the model says
-the whole decode fits max_gpu_bytes, decode() is vae.decode() itself. The model's weights are not counted in the
-budget.
+the whole decode fits max_gpu_bytes, decode() is vae.decode() itself over the whole tensor (diffusers' tiling and
+HunyuanVideo's decoding by groups of frames turned off for the call: either would give each tile or group of frames
+its own statistics). The model's weights are not counted in the budget.
 """
 import contextlib
 import dataclasses
@@ -64,6 +65,10 @@ _RESERVE_PERCENT = 10
 # The fewest rows a slab has (but for a tensor of one row): PyTorch's CPU convolutions round an output of one row
 # differently from the same row among others (1e-6), so one-row slabs would lose the whole decode's bits there.
 _MIN_ROWS = 2
+# Slabs the host may queue ahead of the GPU (their events not yet reached): it waits for the oldest beyond that, so
+# that fetched rows and slabs being copied out, whose memory the caching allocator holds until the GPU is past them,
+# stay within the working set.
+_SLABS_AHEAD = 2
 
 
 @dataclasses.dataclass
@@ -614,11 +619,14 @@ class _Decode:
 
     On a CUDA device, copies between host and GPU memory run on two streams of their own, so that they overlap the
     convolutions on the caller's stream: the next slab's input rows are fetched (H2D) while this slab is computed, and
-    each slab of a host activation is copied out (D2H) while the next is made. Ordering: a slab's fetched rows are used
-    after an event of the fetch stream; a slab is copied out after the caller's stream has made it; and a layer
-    starts once every copy out of the layers before it is done (both the caller's stream and the fetch stream wait
-    for the store stream), so that no host rows are read before they are written. Tensors made on one stream and used
-    on another are marked (record_stream), so that the caching allocator reuses their memory only after that use."""
+    each slab of a host activation is copied out (D2H) while the next is made, across layers too. Ordering, row by
+    row: a slab's fetched rows are used after an event of the fetch stream; a slab is copied out after the caller's
+    stream has made it; host rows are fetched after the copies out of the slabs that wrote them (an event of the
+    store stream a slab), and nothing else waits: a layer's first slabs read rows its predecessor copied out long
+    before, while that layer's last slabs are still on their way. Tensors made on one stream and used on another are
+    marked (record_stream), so that the caching allocator reuses their memory only after that use; and the host
+    runs at most _SLABS_AHEAD slabs ahead of the GPU (it waits for an older slab's event), so that the memory held by
+    slabs in flight stays within the plan's working set."""
 
     def __init__(self, p, device, memory_format, pin):
         self.plan = p
@@ -631,6 +639,8 @@ class _Decode:
         self.counts = {"fetched_ahead": 0, "fetched_late": 0, "fetched_unused": 0}
         self.timeline = []  # a dict a layer, with its events on the GPU (timeline(): their times, once all is done)
         self.h2d_bytes = 0  # host rows fetched so far
+        self.stored = {}  # name -> [(first row, last row + 1, the store stream's event after their copy out)]
+        self.in_flight = []  # an event a slab (after its copy out, or its compute): the host waits for the oldest
         cuda = device.type == "cuda"
         self.fetch_stream = torch.cuda.Stream(device) if cuda else None
         self.store_stream = torch.cuda.Stream(device) if cuda else None
@@ -638,19 +648,34 @@ class _Decode:
     def _compute_stream(self):
         return torch.cuda.current_stream(self.device)
 
+    def _after_stores(self, name, start, stop):
+        """The current stream waits for the copies out of the slabs of `name` that wrote rows [start, stop) (the
+        latest of them suffices: the store stream copies in order)."""
+        latest = None
+        for r0, r1, event in self.stored.get(name, ()):
+            if r0 < stop and start < r1:
+                latest = event
+        if latest is not None:
+            torch.cuda.current_stream(self.device).wait_event(latest)
+
     def _host_rows(self, name, start, stop):
+        self._after_stores(name, start, stop)
         part = self.tensors[name][..., start:stop, :]  # one block of host memory (_host_tensor), then the layout
         self.h2d_bytes += part.numel() * part.element_size()
         return part.to(self.device, non_blocking=self.pin).contiguous(memory_format=self.memory_format)
 
     def begin_layer(self):
-        """Before a layer's first slab: every copy out of the layers before it done, for both streams that read host
-        rows (this layer's inputs were made by them); fetched rows nobody asked for dropped."""
+        """Before a layer's first slab: fetched rows nobody asked for dropped."""
         self.counts["fetched_unused"] += len(self.fetched)
         self.fetched.clear()
-        if self.store_stream is not None:
-            self._compute_stream().wait_stream(self.store_stream)
-            self.fetch_stream.wait_stream(self.store_stream)
+
+    def slab_done(self, event):
+        """After a slab is queued: its event kept, and the host waits for the slab _SLABS_AHEAD before it."""
+        if event is None:
+            return
+        self.in_flight.append(event)
+        if len(self.in_flight) > _SLABS_AHEAD:
+            self.in_flight.pop(0).synchronize()
 
     def prefetch(self, requests):
         """Fetches the host rows of `requests` ([(name, lo, hi)], a slab's run.needs) ahead of their use."""
@@ -679,6 +704,8 @@ class _Decode:
         t = self.tensors[name]
         if self.plan.activations[name].where == "host":
             self.h2d_bytes += t.numel() * t.element_size()
+            if self.store_stream is not None:
+                self._after_stores(name, 0, t.shape[-2])
             t = t.to(self.device).contiguous(memory_format=self.memory_format)
         return t
 
@@ -717,6 +744,7 @@ class _Decode:
         dst = out[..., r0:r0 + y.shape[-2], :]
         if a.where != "host":
             dst.copy_(y)
+            self.slab_done(self._event_untimed(self._compute_stream()) if self.store_stream is not None else None)
             return
         # The slab in the host tensor's order on the GPU first: then one block to copy, on the store stream.
         y = torch.empty_strided(dst.shape, dst.stride(), dtype=y.dtype, device=y.device).copy_(y)
@@ -727,13 +755,22 @@ class _Decode:
         self.store_stream.wait_stream(self._compute_stream())
         with torch.cuda.stream(self.store_stream):
             dst.copy_(y, non_blocking=self.pin)
+            done = self._event_untimed(self.store_stream)
         y.record_stream(self.store_stream)
+        self.stored.setdefault(a.name, []).append((r0, r0 + y.shape[-2], done))
+        self.slab_done(done)
 
     def finish(self):
         """Waits for the copies out (the last layer's output may be in host memory)."""
         if self.store_stream is not None:
             self._compute_stream().wait_stream(self.store_stream)
             self.store_stream.synchronize()
+
+    @staticmethod
+    def _event_untimed(stream):
+        e = torch.cuda.Event()
+        e.record(stream)
+        return e
 
     def _event(self, stream):
         """A timed event recorded on `stream` now (None on the CPU)."""
@@ -747,8 +784,7 @@ class _Decode:
         a = self.plan.activations[layer.output]
         cuda = self.store_stream is not None
         entry = {"layer": layer.name, "kind": layer.kind, "output": a.where, "slabs": 0, "h2d_bytes": 0,
-                 "d2h_bytes": 0, "wall": time.perf_counter(), "ready": self._event(self._compute_stream() if cuda
-                                                                                    else None)}
+                 "d2h_bytes": 0, "wall": time.perf_counter()}
         self.timeline.append(entry)
         h2d = self.h2d_bytes
         self.begin_layer()
@@ -783,18 +819,17 @@ class _Decode:
 
     def times(self):
         """The timeline with its events read (call after the decode's last synchronization): per layer, on the GPU,
-        ms its stream waited at the start for the copies out of the layers before (wait_ms), ms from then to its
-        last slab (compute_ms: its kernels and any wait for fetched rows), and ms its copies out ran on after that
-        (store_tail_ms); on the CPU the wall time (compute_ms)."""
+        ms from the end of the layer before to its last slab (compute_ms: its kernels and any wait for fetched rows)
+        and ms its copies out ran on after that (store_tail_ms, overlapping the layers after it); on the CPU the wall
+        time (compute_ms)."""
         out = []
         for e in self.timeline:
             t = {k: e[k] for k in ("layer", "kind", "output", "slabs", "h2d_bytes", "d2h_bytes")}
-            if e["ready"] is not None:
-                t["wait_ms"] = e["ready"].elapsed_time(e["start"])
+            if e["start"] is not None:
                 t["compute_ms"] = e["start"].elapsed_time(e["computed"])
                 t["store_tail_ms"] = e["computed"].elapsed_time(e["stored"]) if e["stored"] is not None else 0.0
             else:
-                t["wait_ms"], t["compute_ms"], t["store_tail_ms"] = None, e["wall"] * 1e3, 0.0
+                t["compute_ms"], t["store_tail_ms"] = e["wall"] * 1e3, 0.0
             out.append(t)
         return out
 
@@ -803,6 +838,7 @@ class _Decode:
             if a.last_use == index and name in self.tensors and name != self.plan.layers[-1].output:
                 del self.tensors[name]
                 self.merged.pop(name, None)
+                self.stored.pop(name, None)
 
 
 def _host_tensor(shape, dtype, pin):
@@ -813,6 +849,21 @@ def _host_tensor(shape, dtype, pin):
     storage = torch.empty([shape[d] for d in order], dtype=dtype, device="cpu", pin_memory=pin)
     inverse = [order.index(d) for d in range(len(shape))]
     return storage.permute(inverse)
+
+
+@contextlib.contextmanager
+def _whole_tensor(vae):
+    """Within it, vae.decode() decodes the whole tensor: diffusers' spatial tiling (use_tiling) and HunyuanVideo's
+    decoding by groups of frames (use_framewise_decoding, on by default: from 5 latent frames each group of frames
+    would normalize with its own statistics) are off; the model's settings are restored after."""
+    saved = {k: getattr(vae, k) for k in ("use_tiling", "use_framewise_decoding") if hasattr(vae, k)}
+    try:
+        for k in saved:
+            setattr(vae, k, False)
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(vae, k, v)
 
 
 @contextlib.contextmanager
@@ -867,7 +918,7 @@ def decode(vae, latents, max_gpu_bytes, *, max_host_bytes=None, progress=None):
     if not isinstance(latents, torch.Tensor):
         raise ValueError(f"gnsilu.bounded.decode: latents must be a torch.Tensor, got {type(latents).__name__}")
     if p.plain:
-        with _frame_attention(vae), torch.no_grad():
+        with _whole_tensor(vae), _frame_attention(vae), torch.no_grad():
             out = vae.decode(latents)
         return out.sample if hasattr(out, "sample") else out[0]
     # The layout of the activations: the latents' for AutoencoderKL (its convolutions keep it); contiguous for
@@ -897,6 +948,8 @@ def decode(vae, latents, max_gpu_bytes, *, max_host_bytes=None, progress=None):
         return out
     finally:
         d.fetched.clear()
+        d.stored.clear()
+        d.in_flight.clear()
         d.tensors.clear()
         d.merged.clear()
 
@@ -917,8 +970,8 @@ _LAST_TIMELINE = []
 
 def last_timeline():
     """The last layered decode, a dict a layer in the plan's order: "layer", "kind", "output" (where it lived),
-    "slabs", "h2d_bytes" (host rows fetched for it), "d2h_bytes" (copied out), and in ms: on the GPU "wait_ms" (its
-    stream waiting at the start for the copies out of the layers before), "compute_ms" (from then to its last slab,
-    waits for fetched rows included) and "store_tail_ms" (its copies out running on after its last slab); on the CPU
-    "compute_ms" is the wall time and "wait_ms" None. Empty before a layered decode."""
+    "slabs", "h2d_bytes" (host rows fetched for it), "d2h_bytes" (copied out), and in ms: on the GPU "compute_ms"
+    (from the end of the layer before to its last slab, waits for fetched rows included) and "store_tail_ms" (its
+    copies out running on after its last slab, while the layers after it start); on the CPU "compute_ms" is the wall
+    time and "store_tail_ms" 0. Empty before a layered decode."""
     return [dict(t) for t in _LAST_TIMELINE]
