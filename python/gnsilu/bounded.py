@@ -28,9 +28,11 @@ are taken as the modules they stand for: the plan reads their parameters, never 
 The plan (gnsilu.bounded.plan): each activation's bytes and life; the slab height of each layer, chosen so that its
 working set (its input rows with halo, their normalized and padded copies, its output rows, in proportion) is a
 share of the budget; which activations stay on the GPU (the smaller ones, while the GPU's total at every layer, with
-the working set and a reserve for the convolutions' workspaces, stays under max_gpu_bytes), the others in host
-memory (laid out with the height outermost, so that a slab of rows is one block to copy); the host bytes that
-takes at its peak. A budget below the smallest working set (two rows a slab, everything else on the host) is refused
+the working set and a reserve for the convolutions' workspaces, stays under max_gpu_bytes), the others recomputed
+where they can be (a resnet block's conv1 output is kept nowhere: conv1 runs once for its records, and again for each
+slab of the block's second layer, which reads the block's input for the residual anyway; two passes of a convolution
+cost less than copying the tensor out and back over PCIe) or else in host memory (laid out with the height
+outermost, so that a slab of rows is one block to copy); the host bytes that takes at its peak. A budget below the smallest working set (two rows a slab, everything else on the host) is refused
 before any work with the smallest budget that works, as is a host need above max_host_bytes. Where the model says
 the whole decode fits max_gpu_bytes, decode() is vae.decode() itself over the whole tensor (diffusers' tiling and
 HunyuanVideo's decoding by groups of frames turned off for the call: either would give each tile or group of frames
@@ -54,7 +56,8 @@ __all__ = ["plan", "decode", "last_counts", "last_timeline", "Plan", "Layer", "A
 # with their halo are fetched (host activations), normalized and padded (3 copies); the output rows are made and
 # summed with a residual (2 copies); an upsampling layer holds its input rows upsampled besides. An input in host
 # memory holds one more copy (the next slab's rows, fetched while this one is computed), and so does an output that
-# goes to host memory (the slab being copied out while the next is made).
+# goes to host memory (the slab being copied out while the next is made). An input recomputed in the layer that reads
+# it adds the working set of its own layer's slab of those rows.
 _INPUT_COPIES = 3
 _OUTPUT_COPIES = 2
 _OVERLAP_COPIES = 1
@@ -74,8 +77,9 @@ _SLABS_AHEAD = 2
 @dataclasses.dataclass
 class Activation:
     """A tensor between two layers: its shape, bytes, the layers that make and last read it (indices into
-    Plan.layers), where it lives ("gpu" or "host"), and the GroupNorm groups of the layer that normalizes it (its
-    records are taken as it is made), if any."""
+    Plan.layers), where it lives ("gpu", "host", or "recomputed": kept nowhere, its layer runs for its records only
+    and again for each slab of the one layer that reads it), and the GroupNorm groups of the layer that normalizes it
+    (its records are taken as it is made), if any."""
     name: str
     shape: tuple
     dtype: torch.dtype
@@ -83,6 +87,15 @@ class Activation:
     last_use: int
     where: str = "gpu"
     groups: int = 0
+    producer: object = dataclasses.field(default=None, repr=False)  # the Layer that makes it
+    consumer: object = dataclasses.field(default=None, repr=False)  # the first Layer that reads it
+
+    @property
+    def recomputable(self):
+        """Made by a slab layer from inputs that the one layer reading it reads too (a resnet block's conv1 output:
+        its out layer reads the block's input for the residual), so that it may be made again there, slab by slab."""
+        return (self.producer is not None and self.producer.kind == "norm_conv" and self.last_use == self.made_by + 1
+                and self.consumer is not None and set(self.producer.inputs) <= set(self.consumer.inputs))
 
     @property
     def bytes(self):
@@ -208,9 +221,13 @@ class _Builder:
     def layer(self, name, kind, inputs, shape, run):
         index = len(self.layers)
         out = self.act(name, shape, index)
+        layer = Layer(name, kind, list(inputs), out, 0, run)
         for i in inputs:
-            self.acts[i].last_use = max(self.acts[i].last_use, index)
-        self.layers.append(Layer(name, kind, list(inputs), out, 0, run))
+            a = self.acts[i]
+            a.last_use = max(a.last_use, index)
+            a.consumer = layer if a.consumer is None else a.consumer
+        self.acts[out].producer = layer
+        self.layers.append(layer)
         return out
 
     def normalized_by(self, act, norm):
@@ -503,6 +520,8 @@ def _slab_bytes(layer, acts, rows):
         total += int(_INPUT_COPIES * in_rows * a.row_bytes * growth)
         if a.where == "host":
             total += int(_OVERLAP_COPIES * in_rows * a.row_bytes)
+        elif a.where == "recomputed":
+            total += _slab_bytes(a.producer, acts, math.ceil(in_rows))
     return total
 
 
@@ -565,10 +584,12 @@ def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes):
         while rows > _MIN_ROWS and _slab_bytes(layer, acts, rows) > share:
             rows = max(_MIN_ROWS, rows // 2)
         layer.rows = rows
-    # Placement: the latents and the output where they are given and wanted; the largest activations to the host
-    # first, until the GPU's peak is under the budget.
+    # Placement: the latents and the output where they are given and wanted; the largest activations off the GPU
+    # first (of equal size, those that can be recomputed), until the GPU's peak is under the budget: recomputed where
+    # they can be (a resnet block's conv1 output: its convolution runs again for each slab of the block's out layer,
+    # which costs less than copying the tensor out and back over PCIe), else to the host.
     movable = sorted((a for a in acts.values() if a.made_by >= 0 and a.name != layers[-1].output),
-                     key=lambda a: -a.bytes)
+                     key=lambda a: (-a.bytes, not a.recomputable))
     gpu, host = _peaks(layers, acts, max_gpu_bytes)
     for a in movable:
         if gpu <= max_gpu_bytes:
@@ -576,15 +597,22 @@ def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes):
         if any(layers[i].kind == "whole" and a.name in (layers[i].inputs + [layers[i].output])
                for i in range(len(layers))):
             continue  # the attention's tensors stay on the GPU
-        a.where = "host"
+        a.where = "recomputed" if a.recomputable else "host"
         gpu, host = _peaks(layers, acts, max_gpu_bytes)
-    # Then the slabs shrink where the GPU is still over.
-    while gpu > max_gpu_bytes:
-        widest = max((layer for layer in layers if layer.kind != "whole" and layer.rows > _MIN_ROWS),
-                     key=lambda layer: _slab_bytes(layer, acts, layer.rows), default=None)
-        if widest is None:
+    # Then the slabs shrink where the GPU is still over; where that is not enough, a recomputed activation (whose
+    # layer adds its working set to its reader's) goes to the host instead, the one whose reader works widest first.
+    while True:
+        while gpu > max_gpu_bytes:
+            widest = max((layer for layer in layers if layer.kind != "whole" and layer.rows > _MIN_ROWS),
+                         key=lambda layer: _slab_bytes(layer, acts, layer.rows), default=None)
+            if widest is None:
+                break
+            widest.rows = max(_MIN_ROWS, widest.rows // 2)
+            gpu, host = _peaks(layers, acts, max_gpu_bytes)
+        recomputed = [a for a in acts.values() if a.where == "recomputed"]
+        if gpu <= max_gpu_bytes or not recomputed:
             break
-        widest.rows = max(_MIN_ROWS, widest.rows // 2)
+        max(recomputed, key=lambda a: _slab_bytes(a.consumer, acts, a.consumer.rows)).where = "host"
         gpu, host = _peaks(layers, acts, max_gpu_bytes)
     if gpu > max_gpu_bytes:
         least = _smallest_budget(gpu - _reserve(max_gpu_bytes))
@@ -635,7 +663,8 @@ class _Decode:
         self.pin = pin
         self.tensors = {}
         self.merged = {}
-        self.fetched = {}  # (name, start, stop) -> (rows on the GPU, the event after which they are there, or None)
+        # (name, start, stop) -> [rows on the GPU, the event after which they are there (or None), used by a slab]
+        self.fetched = {}
         self.counts = {"fetched_ahead": 0, "fetched_late": 0, "fetched_unused": 0}
         self.timeline = []  # a dict a layer, with its events on the GPU (timeline(): their times, once all is done)
         self.h2d_bytes = 0  # host rows fetched so far
@@ -666,8 +695,13 @@ class _Decode:
 
     def begin_layer(self):
         """Before a layer's first slab: fetched rows nobody asked for dropped."""
-        self.counts["fetched_unused"] += len(self.fetched)
+        self.counts["fetched_unused"] += sum(1 for entry in self.fetched.values() if not entry[2])
         self.fetched.clear()
+
+    def end_slab(self):
+        """After a slab: the fetched rows it used dropped (those fetched for the next slab kept)."""
+        for key in [key for key, entry in self.fetched.items() if entry[2]]:
+            del self.fetched[key]
 
     def slab_done(self, event):
         """After a slab is queued: its event kept, and the host waits for the slab _SLABS_AHEAD before it."""
@@ -677,25 +711,38 @@ class _Decode:
         if len(self.in_flight) > _SLABS_AHEAD:
             self.in_flight.pop(0).synchronize()
 
-    def prefetch(self, requests):
-        """Fetches the host rows of `requests` ([(name, lo, hi)], a slab's run.needs) ahead of their use."""
+    def _windows(self, requests, windows):
+        """The host rows that `requests` ([(name, lo, hi)]) read, into windows (name -> (start, stop), one window an
+        activation: the union of its requests): a recomputed input's requests are those of its layer's run over the
+        rows asked for."""
         for name, lo, hi in requests:
             a = self.plan.activations[name]
-            if a.where != "host" or name not in self.tensors:
-                continue
             start, stop = max(lo, 0), min(hi, a.shape[-2])
+            if start >= stop:
+                continue
+            if a.where == "recomputed":
+                self._windows(a.producer.run.needs(self, start, stop), windows)
+            elif a.where == "host" and name in self.tensors:
+                w = windows.get(name)
+                windows[name] = (start, stop) if w is None else (min(w[0], start), max(w[1], stop))
+        return windows
+
+    def prefetch(self, requests):
+        """Fetches the host rows of `requests` ([(name, lo, hi)], a slab's run.needs) ahead of their use: one window
+        an activation (a resnet block's input read for a recomputed conv1 and for the residual is fetched once)."""
+        for name, (start, stop) in self._windows(requests, {}).items():
             key = (name, start, stop)
-            if key in self.fetched or start >= stop:
+            if key in self.fetched:
                 continue
             if self.fetch_stream is None:  # on the CPU: now (the same copy the slab would make)
-                self.fetched[key] = (self._host_rows(name, start, stop), None)
+                self.fetched[key] = [self._host_rows(name, start, stop), None, False]
                 continue
             with torch.cuda.stream(self.fetch_stream):
                 part = self._host_rows(name, start, stop)
                 done = torch.cuda.Event()
                 done.record(self.fetch_stream)
             part.record_stream(self._compute_stream())
-            self.fetched[key] = (part, done)
+            self.fetched[key] = [part, done, False]
 
     def height(self, name):
         return self.plan.activations[name].shape[-2]
@@ -710,24 +757,31 @@ class _Decode:
         return t
 
     def rows(self, name, lo, hi):
+        a = self.plan.activations[name]
+        start, stop = max(lo, 0), min(hi, a.shape[-2])
+        if a.where == "recomputed":  # made again from its layer's inputs (its records were taken when it was made)
+            return a.producer.run(self, start, stop), start, stop
         t = self.tensors[name]
-        start, stop = max(lo, 0), min(hi, t.shape[-2])
-        if self.plan.activations[name].where != "host":
+        if a.where != "host":
             return t[..., start:stop, :], start, stop
-        got = self.fetched.pop((name, start, stop), None)
-        if got is None:
-            self.counts["fetched_late"] += 1
-            return self._host_rows(name, start, stop), start, stop
-        self.counts["fetched_ahead"] += 1
-        part, done = got
-        if done is not None:
-            self._compute_stream().wait_event(done)
-        return part, start, stop
+        for (n, s, e), entry in self.fetched.items():  # this slab's window comes before the next slab's
+            if n == name and s <= start and stop <= e:
+                part, done, used = entry
+                if not used:
+                    entry[2] = True
+                    self.counts["fetched_ahead"] += 1
+                if done is not None:
+                    self._compute_stream().wait_event(done)
+                return (part if (s, e) == (start, stop) else part[..., start - s:stop - s, :]), start, stop
+        self.counts["fetched_late"] += 1
+        return self._host_rows(name, start, stop), start, stop
 
     def records(self, name):
         return self.merged[name]
 
     def allocate(self, a):
+        if a.where == "recomputed":
+            return None
         on_host = a.where == "host"
         try:
             if on_host:
@@ -741,6 +795,9 @@ class _Decode:
         if a.groups:
             s = _api.group_stats(y, a.groups)
             self.merged[a.name] = s if a.name not in self.merged else self.merged[a.name] + s
+        if a.where == "recomputed":  # its records only
+            self.slab_done(self._event_untimed(self._compute_stream()) if self.store_stream is not None else None)
+            return
         dst = out[..., r0:r0 + y.shape[-2], :]
         if a.where != "host":
             dst.copy_(y)
@@ -813,6 +870,7 @@ class _Decode:
             if k + 1 < len(starts):  # the next slab's host rows, fetched while this one is computed
                 self.prefetch(layer.run.needs(self, r1, min(height, r1 + layer.rows)))
             self.store(a, out, r0, layer.run(self, r0, r1))
+            self.end_slab()
             entry["slabs"] += 1
             progress.update(1)
         self.tensors[a.name] = out

@@ -106,7 +106,7 @@ def test_every_budget_gives_the_whole_decodes_bits():
             whole = _whole(vae, z)
             top = gb.plan(vae, z, 1 << 40)
             assert top.plain and top.host_bytes == 0, name
-            budget, seen_host, smallest, plans = top.plain_gpu_bytes, 0, None, 0
+            budget, seen_host, seen_recomputed, smallest, plans = top.plain_gpu_bytes, 0, 0, None, 0
             refused = None
             while True:
                 try:
@@ -135,6 +135,10 @@ def test_every_budget_gives_the_whole_decodes_bits():
                     assert p.gpu_bytes <= budget, (name, budget, p.gpu_bytes)
                     assert p.slabs >= len([layer for layer in p.layers if layer.kind != "whole"])
                     hosted = [a for a in p.activations.values() if a.where == "host"]
+                    recomputed = [a for a in p.activations.values() if a.where == "recomputed"]
+                    # Only a resnet block's conv1 output is recomputed (its out layer reads the block's input too).
+                    assert all(a.name.endswith(".conv1") and a.recomputable for a in recomputed), (name, recomputed)
+                    seen_recomputed += bool(recomputed)
                     counts = gb.last_counts()
                     # Every slab's host rows were fetched ahead (run.needs said what its run asked for), none late
                     # and none in vain.
@@ -159,7 +163,7 @@ def test_every_budget_gives_the_whole_decodes_bits():
                 if refused is not None:
                     break  # the smallest budget that works has decoded
                 budget = budget * 7 // 8 if budget > top.plain_gpu_bytes // 4 else budget - budget // 32
-            assert plans >= 8 and seen_host >= 2, (name, plans, seen_host)
+            assert plans >= 8 and seen_host >= 2 and seen_recomputed >= 1, (name, plans, seen_host, seen_recomputed)
             assert refused == smallest - 1, (refused, smallest)  # one byte less is refused
             try:
                 gb.plan(vae, z, refused)
@@ -168,7 +172,8 @@ def test_every_budget_gives_the_whole_decodes_bits():
                 assert f"max_gpu_bytes={smallest} (" in str(e), (smallest, str(e))
             floor = gb.plan(vae, z, smallest)
             print(f"  {name}: {plans} budgets from {top.plain_gpu_bytes} down to {smallest} bytes, every one the "
-                  f"whole decode's bits; at the smallest {floor.slabs} slabs, {floor.host_bytes} bytes on the host")
+                  f"whole decode's bits ({seen_recomputed} of them recomputing activations); at the smallest "
+                  f"{floor.slabs} slabs, {floor.host_bytes} bytes on the host")
 
 
 def test_refusals_come_before_any_work_and_name_the_argument():

@@ -1391,9 +1391,12 @@ class TestBoundedDecode(SeededCuda, unittest.TestCase):
                 raise AssertionError("a 1 KiB budget was taken")
             except ValueError as e:
                 smallest = int(str(e).split("max_gpu_bytes=")[2].split(" ")[0])
-            for budget in (top.plain_gpu_bytes // 3, smallest):
+            recomputing = 0
+            for budget in (top.plain_gpu_bytes // 3, top.plain_gpu_bytes // 6, smallest):
                 p = gb.plan(model, z, budget)
                 self.assertFalse(p.plain)
+                recomputed = [a for a in p.activations.values() if a.where == "recomputed"]
+                recomputing += bool(recomputed)
                 if self.device == "cuda":
                     torch.cuda.synchronize()
                     torch.cuda.reset_peak_memory_stats()
@@ -1418,9 +1421,10 @@ class TestBoundedDecode(SeededCuda, unittest.TestCase):
                 self.assertLess(to_whole, whole_error)
                 self.assertLessEqual(error, 1.05 * whole_error + 1e-4)
                 SUMMARY.append(("bd", f"bounded decode, {layout}, budget {budget} ({p.slabs} slabs, host "
-                                      f"{p.host_bytes} bytes, weights {weights})",
+                                      f"{p.host_bytes} bytes, {len(recomputed)} recomputed, weights {weights})",
                                 f"to the whole decode {to_whole:.2e}; to float32 {error:.2e} (whole {whole_error:.2e}); "
                                 f"host rows fetched ahead {counts['fetched_ahead']}"))
+            self.assertGreater(recomputing, 0, f"{layout}: no budget recomputed a resnet block's conv1 output")
 
 
 @unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
