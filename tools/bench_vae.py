@@ -332,7 +332,7 @@ def _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plai
         for _ in range(args.warmup):
             decode(z)
         times = []
-        device_used = reserved = float("nan")
+        device_used = device_base = reserved = float("nan")
         if args.device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -346,7 +346,7 @@ def _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plai
                     times.append(start.elapsed_time(end))
             peak = torch.cuda.max_memory_allocated() / 2**30
             reserved = torch.cuda.max_memory_reserved() / 2**30
-            device_used = poller.peak_gib
+            device_used, device_base = poller.peak_gib, poller.base_gib
         else:
             for _ in range(args.runs):
                 begin = time.perf_counter()
@@ -388,7 +388,8 @@ def _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plai
                                    "layers": timeline}
     weights = sum(t.numel() * t.element_size() for t in model.parameters()) / 2**30
     return {"mode": mode, "layout": layout, "ms": statistics.median(times), "peak_gib": peak,
-            "reserved_gib": reserved, "device_used_gib": device_used, "weights_gib": weights, "bounded": bounded,
+            "reserved_gib": reserved, "device_used_gib": device_used, "device_base_gib": device_base,
+            "weights_gib": weights, "bounded": bounded,
             "relative_l2": error, "out": out.float(), "compile_s": compile_s, "kernels_ms": kernels,
             "elementwise_top_ms": elementwise, "host_waits": waits, "host_top_ms": host_top,
             "dynamo": dynamo, "pass": decisions.summary(),
@@ -445,16 +446,19 @@ class PassDecisions:
 
 class DeviceMemoryPoller:
     """With `enabled`: the device's used memory (total - free, torch.cuda.mem_get_info) at its peak, read every
-    millisecond by a thread while the block runs."""
+    millisecond by a thread while the block runs, and before it what lies outside PyTorch's caching allocator
+    (base_gib: CUDA's context, the libraries' handles and workspaces, other processes)."""
 
     def __init__(self, torch, enabled):
-        self.torch, self.enabled, self.peak_gib = torch, enabled, float("nan")
+        self.torch, self.enabled, self.peak_gib, self.base_gib = torch, enabled, float("nan"), float("nan")
 
     def __enter__(self):
         if self.enabled:
             import threading
             self.stop = threading.Event()
             self.peak = 0
+            free, total = self.torch.cuda.mem_get_info()
+            self.base_gib = (total - free - self.torch.cuda.memory_reserved()) / 2**30
 
             def poll():
                 while not self.stop.is_set():
@@ -621,7 +625,8 @@ def main():
                     if kept:
                         detail += " (" + "; ".join(kept) + ")"
                 if row["device_used_gib"] == row["device_used_gib"]:  # not NaN
-                    detail += f"  device used {row['device_used_gib']:.2f} GiB, reserved {row['reserved_gib']:.2f}"
+                    detail += (f"  device used {row['device_used_gib']:.2f} GiB ({row['device_base_gib']:.2f} outside "
+                               f"PyTorch's allocator before the timed decodes), reserved {row['reserved_gib']:.2f}")
                 detail += f"  weights {row['weights_gib']:.2f} GiB"
                 print(f"{case:14} {mode:15} {layout:14} {row['ms']:9.2f} ms  peak {row['peak_gib']:6.2f} GiB  "
                       f"rel L2 {row['relative_l2']:.2e} (to the first row {row['relative_l2_to_first']:.2e}){swapped}"

@@ -2,16 +2,17 @@
 # Runs the GPU test suite and the benchmarks on a machine with a GPU, from a build folder made elsewhere (the
 # build travels; the tests are run directly because ctest's files hold the build machine's paths). Logs go
 # under $OUT (default /tmp/gnsilu-gpu); a summary is printed last.
-# Usage: gpu_tests.sh [build] [tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|pass|
-#                              bench-compare OLD|all]
-# decodes and pass need diffusers: carry its wheel and importlib_metadata's in .whl/ (installed into /tmp/gnsilu-site).
+# Usage: gpu_tests.sh [build] [tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|decodes-large|
+#                              pass|bench-compare OLD|all]
+# decodes, decodes-large and pass need diffusers: carry its wheel and importlib_metadata's in .whl/ (installed into
+# /tmp/gnsilu-site). pass takes its cases from GNSILU_PASS_CASES (default flux-512,flux-1024,hunyuan-video).
 # Exit status: 1 when any step failed (a step that exits 77 counts as skipped, not failed), 2 for an unknown step.
 set -u
 build=${1:-build}
 what=${2:-all}
 case "$what" in
-  tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|pass|bench-compare|all) ;;
-  *) echo "gpu_tests: unknown step '$what' (tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|pass|bench-compare|all)" >&2
+  tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|decodes-large|pass|bench-compare|all) ;;
+  *) echo "gpu_tests: unknown step '$what' (tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|decodes-large|pass|bench-compare|all)" >&2
      exit 2;;
 esac
 out=${OUT:-/tmp/gnsilu-gpu}
@@ -142,24 +143,38 @@ PY
   record "wheel from outside the checkout" "$?"
   cat "$out/wheel.log"
 fi
-if [ "$what" = decodes ] || [ "$what" = pass ]; then
+if [ "$what" = decodes ] || [ "$what" = decodes-large ] || [ "$what" = pass ]; then
   site=/tmp/gnsilu-site
   [ -d "$site/diffusers" ] || python3 -m pip install -q --no-deps --target "$site" .whl/*.whl > "$out/pip.log" 2>&1
   vae=(env GNSILU_LIBRARY="$build/libgnsilu.so" PYTHONPATH="$site:python" PYTHONUNBUFFERED=1 python3 tools/bench_vae.py)
 fi
 if [ "$what" = decodes ]; then
   # Decodes in an 8 GiB GPU budget next to the whole decode and diffusers' tiling (python/README.md, gnsilu.bounded):
-  # the allocator capped as on an 8 GiB card, the float32 reference decoded in the same budget.
+  # the allocator capped as on an 8 GiB card, the float32 reference (TF32 off) decoded in the same budget.
   for case in flux-4096 hunyuan-video; do
     step "bench_vae $case in 8 GiB" "decodes-$case.log" "${vae[@]}" --cases "$case" --hunyuan-latent 9,60,104 \
-      --modes eager+gnsilu,eager+gnsilu+bounded,eager+gnsilu+tiled --layouts nchw --runs 2 --warmup 1 \
+      --modes eager+gnsilu+bounded,eager+gnsilu,eager+gnsilu+tiled --layouts nchw --runs 1 --warmup 1 \
       --max-gpu-bytes 8589934592 --device-memory --cap-bounded --exact-bounded --json "$out/decodes-$case.json"
     sed -n '/^| case/,$p' "$out/decodes-$case.log"
   done
 fi
+if [ "$what" = decodes-large ]; then
+  # The decodes that fit no card whole: Flux 8192x8192 in 10 GiB, HunyuanVideo 65x720x1280 (latent 17x90x160) in
+  # 16 GiB, once each (Flux's mid-block attention over a million latent tokens takes ~35 s), next to diffusers' tiling.
+  step "bench_vae flux-8192 in 10 GiB" decodes-flux-8192.log "${vae[@]}" --cases flux-8192 \
+    --modes eager+gnsilu+bounded --layouts nchw --runs 1 --warmup 0 --no-profile --no-exact \
+    --max-gpu-bytes 10737418240 --device-memory --cap-bounded --json "$out/decodes-flux-8192.json"
+  step "bench_vae hunyuan-video 65x720x1280 in 16 GiB" decodes-hunyuan-720p.log "${vae[@]}" --cases hunyuan-video \
+    --hunyuan-latent 17,90,160 --modes eager+gnsilu+bounded,eager+gnsilu+tiled --layouts nchw --runs 1 --warmup 0 \
+    --no-profile --no-exact --max-gpu-bytes 17179869184 --device-memory --cap-bounded \
+    --json "$out/decodes-hunyuan-720p.json"
+  grep -hE "^(flux|hunyuan)" "$out/decodes-flux-8192.log" "$out/decodes-hunyuan-720p.log" | cut -c1-400
+fi
 if [ "$what" = pass ]; then
   # torch.compile alone, with gnsilu's Inductor pass, and with the swap (gnsilu.torch.enable_inductor_pass).
-  step "bench_vae compile, compile+pass, compile+gnsilu" pass.log "${vae[@]}" --cases flux-512,flux-1024,hunyuan-video \
+  # Inductor's caches off, so that each row's first call is a whole compile (comparable between the rows).
+  step "bench_vae compile, compile+pass, compile+gnsilu" pass.log env TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 "${vae[@]}" \
+    --cases "${GNSILU_PASS_CASES:-flux-512,flux-1024,hunyuan-video}" \
     --modes compile,compile+pass,compile+gnsilu --layouts nchw,channels_last --runs 10 --no-exact --no-profile \
     --json "$out/pass.json"
   sed -n '/^| case/,$p' "$out/pass.log"
