@@ -15,8 +15,9 @@ whole call's bits). No normalized tensor exists whole. So the output is the whol
 rounds alike on fewer rows.
 
 The layers (diffusers' classes; anything else is refused with the module's name):
-  AutoencoderKL (Flux, SD3, SDXL, Flux2 configurations): post_quant_conv, Decoder's conv_in, UNetMidBlock2D
-  (ResnetBlock2D, Attention), UpDecoderBlock2D (ResnetBlock2D, Upsample2D), conv_norm_out + SiLU + conv_out;
+  AutoencoderKL (Flux, SD3, SDXL configurations) and AutoencoderKLFlux2: post_quant_conv, Decoder's conv_in,
+  UNetMidBlock2D (ResnetBlock2D, Attention), UpDecoderBlock2D (ResnetBlock2D, Upsample2D), conv_norm_out + SiLU +
+  conv_out;
   AutoencoderKLHunyuanVideo: post_quant_conv, HunyuanVideoCausalConv3d, HunyuanVideoMidBlock3D (its attention frame
   by frame without the dense causal mask: gnsilu.chunked._frame_causal_attention), HunyuanVideoResnetBlockCausal3D,
   HunyuanVideoUpsampleCausal3D, conv_norm_out + SiLU + conv_out.
@@ -500,11 +501,14 @@ def _layers(vae, shape, dtype):
         if len(shape) != 5:
             raise ValueError(f"gnsilu.bounded: latents must be 5-D (N, C, T, H, W) for {kind}, got shape {shape}")
         return _layers_hunyuan(vae, shape, dtype)
-    if isinstance(vae, autoencoders.AutoencoderKL):
+    # AutoencoderKLFlux2 decodes as AutoencoderKL does (post_quant_conv, then the same Decoder).
+    two_d = tuple(getattr(autoencoders, c) for c in ("AutoencoderKL", "AutoencoderKLFlux2") if hasattr(autoencoders, c))
+    if isinstance(vae, two_d):
         if len(shape) != 4:
             raise ValueError(f"gnsilu.bounded: latents must be 4-D (N, C, H, W) for {kind}, got shape {shape}")
         return _layers_2d(vae, shape, dtype)
-    raise ValueError(f"gnsilu.bounded: vae must be a diffusers AutoencoderKL or AutoencoderKLHunyuanVideo, got {kind}")
+    raise ValueError(f"gnsilu.bounded: vae must be a diffusers AutoencoderKL, AutoencoderKLFlux2 or "
+                     f"AutoencoderKLHunyuanVideo, got {kind}")
 
 
 # ---- the plan --------------------------------------------------------------------------------------------------------

@@ -78,8 +78,15 @@ def _models():
     torch.manual_seed(1)
     z2 = torch.randn(1, 4, 12, 10) * 2
     z3 = torch.randn(1, 4, 2, 9, 8) * 2
-    return [("AutoencoderKL", kl, z2), ("AutoencoderKL channels_last", kl, z2.contiguous(
+    models = [("AutoencoderKL", kl, z2), ("AutoencoderKL channels_last", kl, z2.contiguous(
         memory_format=torch.channels_last)), ("AutoencoderKLHunyuanVideo", hv, z3)]
+    if hasattr(autoencoders, "AutoencoderKLFlux2"):  # its own class, AutoencoderKL's decoder (post_quant_conv on)
+        torch.manual_seed(0)
+        flux2 = autoencoders.AutoencoderKLFlux2(**dict(TINY_2D, block_out_channels=(32, 64), layers_per_block=1,
+                                                       use_quant_conv=False)).eval()
+        gt.swap_group_norm_silu(flux2)
+        models.append(("AutoencoderKLFlux2", flux2, z2))
+    return models
 
 
 def _whole(vae, z):
@@ -223,7 +230,7 @@ def test_refusals_come_before_any_work_and_name_the_argument():
             gb.plan(torch.nn.Linear(2, 2), z, 1000)
             raise AssertionError("a Linear was taken for a VAE")
         except ValueError as e:
-            assert "vae must be a diffusers AutoencoderKL or AutoencoderKLHunyuanVideo, got Linear" in str(e), e
+            assert "vae must be a diffusers AutoencoderKL, AutoencoderKLFlux2 or AutoencoderKLHunyuanVideo, got Linear" in str(e), e
 
 
 def test_the_plan_says_what_goes_where_before_the_work():
