@@ -13,16 +13,17 @@ Models, built from config dicts with random weights (seeded; no model hub):
   hunyuan-video        diffusers.AutoencoderKLHunyuanVideo (its default configuration) decoding a 1x16x3x40x64
                        latent to 9 frames of 320x512 (--hunyuan-latent T,H,W for another clip).
 Modes: eager; eager+gnsilu (gnsilu.torch.swap_group_norm_silu on a copy); compile (torch.compile of the decode);
-compile+gnsilu (the swapped copy compiled: gnsilu's op stands in Inductor's graph); compile+pass (compiled with
-gnsilu's Inductor pass, gnsilu.torch.enable_inductor_pass, no swap: the row prints what it replaced and kept); any of them with +slabs (whole
-activations, convolutions and upsamplers in slabs of rows: gnsilu.chunked, --slab-bytes) or +tiled (diffusers'
-enable_tiling); eager modes with +bounded (gnsilu.bounded.decode within --max-gpu-bytes besides the weights: the
-row prints its plan's host bytes and slabs). Cases also flux-2048, flux-4096 and flux-8192 (1x16x256x256,
-1x16x512x512 and 1x16x1024x1024 latents), and the other diffusers VAEs with GroupNorm in
-their default configurations (VIDEO_CASES): mochi (latent 1x12x3x32x32), magvit, kvae-video, cogvideox, cosmos
-(1x16x3x32x32), svd (AutoencoderKLTemporalDecoder, 4x4x32x32 decoded as 4 frames), allegro (1x4x4x32x32, through
-its decoder: its decode() runs only by tiles; no +tiled rows) and hunyuan-image (HunyuanImage 2.1's configuration,
-1x64x64x64 to 2048x2048). MiniMax-H3 has no row: its GroupNorms are in its encoder; its decoder is a transformer.
+compile+gnsilu (the swapped copy compiled: gnsilu's op stands in Inductor's graph); compile+pass (compiled with gnsilu's
+Inductor pass, gnsilu.torch.enable_inductor_pass, no swap: the row prints what it replaced and kept); any of them with
++slabs (whole activations, convolutions and upsamplers in slabs of rows: gnsilu.chunked, --slab-bytes) or +tiled
+(diffusers' enable_tiling); eager modes with +bounded (gnsilu.bounded.decode within --max-gpu-bytes besides the weights:
+the row prints its plan's host bytes and slabs; +bounded+hostonly: nothing recomputed, recompute=False). Cases also
+flux-2048, flux-4096 and flux-8192 (1x16x256x256, 1x16x512x512 and 1x16x1024x1024 latents), and the other diffusers VAEs
+with GroupNorm in their default configurations (VIDEO_CASES): mochi (latent 1x12x3x32x32), magvit, kvae-video,
+cogvideox, cosmos (1x16x3x32x32), svd (AutoencoderKLTemporalDecoder, 4x4x32x32 decoded as 4 frames), allegro
+(1x4x4x32x32, through its decoder: its decode() runs only by tiles; no +tiled rows) and hunyuan-image (HunyuanImage
+2.1's configuration, 1x64x64x64 to 2048x2048). MiniMax-H3 has no row: its GroupNorms are in its encoder; its decoder is
+a transformer.
 Layouts: nchw (contiguous) and channels_last (model and latent in torch.channels_last / channels_last_3d).
 For each row: median ms of --runs decodes (CUDA events around each decode, after warm-up; the compile time of the
 first call is printed apart, and for compiled rows the graphs Dynamo compiled and its graph breaks with their
@@ -283,7 +284,7 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
     def plain_decode(value):
         if "+bounded" in mode:  # in a GPU budget, layer by layer (gnsilu.bounded)
             import gnsilu.bounded as gb
-            return gb.decode(model, value, args.max_gpu_bytes, progress=False)
+            return gb.decode(model, value, args.max_gpu_bytes, progress=False, recompute="+hostonly" not in mode)
         if "+slabs" in mode:  # whole activations, convolutions and upsamplers in slabs of rows (gnsilu.chunked)
             import gnsilu.chunked as gc
             with gc.slabs(model.decoder, max_bytes=args.slab_bytes):
@@ -376,7 +377,7 @@ def _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plai
     bounded = None
     if "+bounded" in mode:
         import gnsilu.bounded as gb
-        p = gb.plan(model, z, args.max_gpu_bytes)
+        p = gb.plan(model, z, args.max_gpu_bytes, recompute="+hostonly" not in mode)
         bounded = {"plain": p.plain, "host_gib": p.host_bytes / 2**30, "slabs": p.slabs,
                    "model_gpu_gib": p.gpu_bytes / 2**30, "budget_gib": args.max_gpu_bytes / 2**30}
         if not p.plain and timeline:

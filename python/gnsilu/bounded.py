@@ -571,7 +571,7 @@ def _plain_bytes(layers, acts):
     return peak
 
 
-def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes):
+def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes, recompute=True):
     b = _layers(vae, tuple(shape), dtype)
     layers, acts = b.layers, b.acts
     plain_bytes = _plain_bytes(layers, acts)
@@ -593,7 +593,7 @@ def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes):
     # they can be (a resnet block's conv1 output: its convolution runs again for each slab of the block's out layer,
     # which costs less than copying the tensor out and back over PCIe), else to the host.
     movable = sorted((a for a in acts.values() if a.made_by >= 0 and a.name != layers[-1].output),
-                     key=lambda a: (-a.bytes, not a.recomputable))
+                     key=lambda a: (-a.bytes, not (recompute and a.recomputable)))
     gpu, host = _peaks(layers, acts, max_gpu_bytes)
     for a in movable:
         if gpu <= max_gpu_bytes:
@@ -601,7 +601,7 @@ def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes):
         if any(layers[i].kind == "whole" and a.name in (layers[i].inputs + [layers[i].output])
                for i in range(len(layers))):
             continue  # the attention's tensors stay on the GPU
-        a.where = "recomputed" if a.recomputable else "host"
+        a.where = "recomputed" if recompute and a.recomputable else "host"
         gpu, host = _peaks(layers, acts, max_gpu_bytes)
     # Then the slabs shrink where the GPU is still over; where that is not enough, a recomputed activation (whose
     # layer adds its working set to its reader's) goes to the host instead, the one whose reader works widest first.
@@ -630,19 +630,22 @@ def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes):
     return Plan(max_gpu_bytes, False, plain_bytes, gpu, host, layers, acts, slabs)
 
 
-def plan(vae, latents, max_gpu_bytes, *, max_host_bytes=None):
+def plan(vae, latents, max_gpu_bytes, *, max_host_bytes=None, recompute=True):
     """What decode(vae, latents, max_gpu_bytes) will do (a Plan), decided before any work: whether the whole decode
     fits, else each layer's slab height, where each activation lives and the pinned host bytes at the peak. latents: a
-    tensor (or a torch.Size / tuple with the dtype of the vae's parameters). Raises ValueError, naming the argument,
-    for a budget below the smallest working set or a host need above max_host_bytes, and for a model it cannot run
-    layer by layer (naming the module)."""
+    tensor (or a torch.Size / tuple with the dtype of the vae's parameters). recompute=False keeps every activation
+    that leaves the GPU in host memory (for a GPU whose convolutions are slower than its link). Raises ValueError,
+    naming the argument, for a budget below the smallest working set or a host need above max_host_bytes, and for a
+    model it cannot run layer by layer (naming the module)."""
     _check_bytes(max_gpu_bytes, "max_gpu_bytes")
     _check_bytes(max_host_bytes, "max_host_bytes", allow_none=True)
+    if not isinstance(recompute, bool):
+        raise ValueError(f"gnsilu.bounded: recompute must be True or False, got {recompute!r}")
     if isinstance(latents, torch.Tensor):
         shape, dtype = tuple(latents.shape), latents.dtype
     else:
         shape, dtype = tuple(latents), next(vae.parameters()).dtype
-    return _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes)
+    return _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes, recompute)
 
 
 # ---- the decode ------------------------------------------------------------------------------------------------------
@@ -968,15 +971,16 @@ def _progress(total, enabled):
             bar.close()
 
 
-def decode(vae, latents, max_gpu_bytes, *, max_host_bytes=None, progress=None):
+def decode(vae, latents, max_gpu_bytes, *, max_host_bytes=None, progress=None, recompute=True):
     """vae.decode(latents).sample computed within max_gpu_bytes of GPU memory besides the model's weights (see the
     module's text): the whole decode where it fits, else layer by layer with every GroupNorm over the whole tensor.
     Returns the decoded tensor (on the latents' device; in host memory if the plan kept the output there); a layered
     decode returns once the GPU has finished it (its timeline read: last_timeline()). progress:
-    None shows a bar (tqdm, where installed) for decodes that last more than 2 s, False never. Raises ValueError before
+    None shows a bar (tqdm, where installed) for decodes that last more than 2 s, False never. recompute: as plan()
+    takes it. Raises ValueError before
     any work for a budget or host need it cannot meet (plan()), MemoryError if an allocation fails on the way (what
     was allocated is freed; the model is left as it was)."""
-    p = plan(vae, latents, max_gpu_bytes, max_host_bytes=max_host_bytes)
+    p = plan(vae, latents, max_gpu_bytes, max_host_bytes=max_host_bytes, recompute=recompute)
     if not isinstance(latents, torch.Tensor):
         raise ValueError(f"gnsilu.bounded.decode: latents must be a torch.Tensor, got {type(latents).__name__}")
     if p.plain:

@@ -294,6 +294,36 @@ def test_a_video_of_more_frames_than_diffusers_decodes_at_once_is_decoded_whole(
             vae.disable_tiling()
 
 
+def test_recompute_false_keeps_every_moved_activation_on_the_host():
+    """recompute=False: the same budget's plan with nothing recomputed (what leaves the GPU goes to the host), within
+    the budget, the same bits; a recompute that is not a bool is refused naming it."""
+    require()
+    with cpu_reference():
+        for name, vae, z in _models()[2:]:
+            whole = _whole(vae, z)
+            top = gb.plan(vae, z, 1 << 40)
+            def recomputes(budget):
+                try:
+                    return any(a.where == "recomputed" for a in gb.plan(vae, z, budget).activations.values())
+                except ValueError:  # below the smallest budget
+                    return False
+            budgets = [b for b in range(top.plain_gpu_bytes // 2, top.plain_gpu_bytes // 8, -top.plain_gpu_bytes // 64)
+                       if recomputes(b)]
+            assert budgets, f"{name}: no budget recomputes"
+            with_recompute = gb.plan(vae, z, budgets[0])
+            host_only = gb.plan(vae, z, budgets[0], recompute=False)
+            assert not any(a.where == "recomputed" for a in host_only.activations.values()), name
+            assert any(a.where == "host" for a in host_only.activations.values()), name
+            assert with_recompute.gpu_bytes <= budgets[0] and host_only.gpu_bytes <= budgets[0], name
+            y = gb.decode(vae, z, budgets[0], progress=False, recompute=False)
+            assert torch.equal(y, whole), name
+            try:
+                gb.plan(vae, z, budgets[0], recompute="yes")
+                raise AssertionError("recompute='yes' was taken")
+            except ValueError as e:
+                assert "recompute" in str(e), e
+
+
 def test_a_failed_allocation_frees_what_it_took_and_the_next_decode_works():
     require()
     with cpu_reference():

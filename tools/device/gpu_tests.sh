@@ -154,10 +154,12 @@ if [ "$what" = decodes ] || [ "$what" = decodes-large ] || [ "$what" = pass ]; t
 fi
 if [ "$what" = decodes ]; then
   # Decodes in an 8 GiB GPU budget next to the whole decode and diffusers' tiling (python/README.md, gnsilu.bounded):
-  # the allocator capped as on an 8 GiB card, the float32 reference (TF32 off) decoded in the same budget.
+  # the allocator capped as on an 8 GiB card, the float32 reference (TF32 off) decoded in the same budget; the
+  # bounded decode with its conv1 outputs recomputed and with everything on the host (+hostonly) in the same run.
   for case in flux-4096 hunyuan-video; do
     step "bench_vae $case in 8 GiB" "decodes-$case.log" "${vae[@]}" --cases "$case" --hunyuan-latent 9,60,104 \
-      --modes eager+gnsilu+bounded,eager+gnsilu,eager+gnsilu+tiled --layouts nchw --runs 1 --warmup 1 \
+      --modes eager+gnsilu+bounded,eager+gnsilu+bounded+hostonly,eager+gnsilu,eager+gnsilu+tiled --layouts nchw \
+      --runs 1 --warmup 1 \
       --max-gpu-bytes 8589934592 --device-memory --cap-bounded --exact-bounded --json "$out/decodes-$case.json"
     sed -n '/^| case/,$p' "$out/decodes-$case.log"
   done
