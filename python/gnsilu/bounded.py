@@ -27,17 +27,17 @@ Modules swapped by gnsilu.torch (GroupNormSiLU, GroupNorm, PaddedInputConv, a co
 are taken as the modules they stand for: the plan reads their parameters, never their forwards.
 
 The plan (gnsilu.bounded.plan): each activation's bytes and life; the slab height of each layer, chosen so that its
-working set (its input rows with halo, their normalized and padded copies, its output rows, in proportion) is a
-share of the budget; which activations stay on the GPU (the smaller ones, while the GPU's total at every layer, with
-the working set and a reserve for the convolutions' workspaces, stays under max_gpu_bytes), the others recomputed
-where they can be (a resnet block's conv1 output is kept nowhere: conv1 runs once for its records, and again for each
-slab of the block's second layer, which reads the block's input for the residual anyway; two passes of a convolution
-cost less than copying the tensor out and back over PCIe) or else in host memory (laid out with the height
-outermost, so that a slab of rows is one block to copy); the host bytes that takes at its peak. A budget below the smallest working set (two rows a slab, everything else on the host) is refused
-before any work with the smallest budget that works, as is a host need above max_host_bytes. Where the model says
-the whole decode fits max_gpu_bytes, decode() is vae.decode() itself over the whole tensor (diffusers' tiling and
-HunyuanVideo's decoding by groups of frames turned off for the call: either would give each tile or group of frames
-its own statistics). The model's weights are not counted in the budget.
+working set (its input rows with halo, their normalized and padded copies, its output rows, in proportion) is a share of
+the budget; which activations stay on the GPU (the smaller ones, while the GPU's total at every layer, with the working
+set and a reserve for the convolutions' workspaces, stays under max_gpu_bytes), the others recomputed where they can be
+(a resnet block's conv1 output is kept nowhere: conv1 runs once for its records, and again for each slab of the block's
+second layer, which reads the block's input for the residual anyway; two passes of a convolution cost less than copying
+the tensor out and back over PCIe) or else in host memory (laid out with the height outermost, so that a slab of rows is
+one block to copy); the host bytes that takes at its peak. A budget below the smallest working set (two rows a slab,
+everything else on the host) is refused before any work with the smallest budget that works, as is a host need above
+max_host_bytes. Where the model says the whole decode fits max_gpu_bytes, decode() is vae.decode() itself over the whole
+tensor (diffusers' tiling and HunyuanVideo's decoding by groups of frames turned off for the call: either would give
+each tile or group of frames its own statistics). The model's weights are not counted in the budget.
 """
 import contextlib
 import dataclasses

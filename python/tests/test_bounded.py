@@ -230,7 +230,8 @@ def test_refusals_come_before_any_work_and_name_the_argument():
             gb.plan(torch.nn.Linear(2, 2), z, 1000)
             raise AssertionError("a Linear was taken for a VAE")
         except ValueError as e:
-            assert "vae must be a diffusers AutoencoderKL, AutoencoderKLFlux2 or AutoencoderKLHunyuanVideo, got Linear" in str(e), e
+            assert ("vae must be a diffusers AutoencoderKL, AutoencoderKLFlux2 or AutoencoderKLHunyuanVideo, got Linear"
+                    in str(e)), e
 
 
 def test_the_plan_says_what_goes_where_before_the_work():
