@@ -61,6 +61,14 @@ namespace kernel {
 // Without it, ptxas for some architectures (sm_120) picks a 64-register cap and spills.
 template <int WARPS>
 inline constexpr int kMinBlocks = WARPS >= 16 ? 1 : 16 / WARPS;
+// chunk_stats of 16-bit x in channel-major layout without an input bias, one chunk in flight a warp (STAGES 1): 1024
+// threads a multiprocessor, so at most 64 registers, twice the warps of STAGES 2's 128: the tuner's s1 and s2
+// candidates then differ in how latency is hidden (more warps, or two chunks a warp), where STAGES 1 held 128
+// registers too. FP32 x, the input bias (sm_100, sm_120) and channels-last tiles spill at 64: those keep 128.
+template <int XT, int WARPS, int STAGES, int LAYOUT, int BIAS>
+inline constexpr int kMinBlocksStats = STAGES == 1 && LAYOUT == kChannelsFirst && XT != kFP32 && BIAS == 0
+                                           ? (WARPS >= 32 ? 1 : 32 / WARPS)
+                                           : kMinBlocks<WARPS>;
 // The fused kernel holds a chunk and the SiLU at once: at least 256 threads (up to 255 registers a thread).
 template <int WARPS>
 inline constexpr int kMinBlocksFused = WARPS >= 8 ? 1 : 8 / WARPS;
@@ -102,7 +110,8 @@ __device__ __forceinline__ void chunk_stats_body(const Params& p) {
 
 // BIAS: the instance for calls with an input bias (the host launches it where Params::input_bias is not null).
 template <int XT, int WARPS, int STAGES, int LAYOUT, int BIAS>
-__global__ void __launch_bounds__(WARPS * 32, kMinBlocks<WARPS>) chunk_stats(const Params p) {
+__global__ void __launch_bounds__(WARPS * 32, kMinBlocksStats<XT, WARPS, STAGES, LAYOUT, BIAS>)
+    chunk_stats(const Params p) {
   static_assert(WARPS >= 1 && WARPS <= 32, "WARPS");
   static_assert(STAGES == 1 || STAGES == 2, "STAGES");
   static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
