@@ -383,7 +383,7 @@ def _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plai
         if not p.plain and timeline:
             # Where the last timed decode spent its time, summed over its layers (gnsilu.bounded.last_timeline),
             # and the layers that took longest.
-            total = {k: sum(t[k] or 0 for t in timeline) for k in ("compute_ms", "store_tail_ms")}
+            total = {k: sum(t[k] for t in timeline) for k in ("compute_ms", "store_tail_ms")}
             bounded["timeline"] = {**total, "h2d_gib": sum(t["h2d_bytes"] for t in timeline) / 2**30,
                                    "d2h_gib": sum(t["d2h_bytes"] for t in timeline) / 2**30,
                                    "layers": timeline}

@@ -758,8 +758,7 @@ class _Decode:
         t = self.tensors[name]
         if self.plan.activations[name].where == "host":
             self.h2d_bytes += t.numel() * t.element_size()
-            if self.store_stream is not None:
-                self._after_stores(name, 0, t.shape[-2])
+            self._after_stores(name, 0, t.shape[-2])
             t = t.to(self.device).contiguous(memory_format=self.memory_format)
         return t
 
@@ -803,12 +802,12 @@ class _Decode:
             s = _api.group_stats(y, a.groups)
             self.merged[a.name] = s if a.name not in self.merged else self.merged[a.name] + s
         if a.where == "recomputed":  # its records only
-            self.slab_done(self._event_untimed(self._compute_stream()) if self.store_stream is not None else None)
+            self.slab_done(self._event())
             return
         dst = out[..., r0:r0 + y.shape[-2], :]
         if a.where != "host":
             dst.copy_(y)
-            self.slab_done(self._event_untimed(self._compute_stream()) if self.store_stream is not None else None)
+            self.slab_done(self._event())
             return
         # The slab in the host tensor's order on the GPU first: then one block to copy, on the store stream.
         y = torch.empty_strided(dst.shape, dst.stride(), dtype=y.dtype, device=y.device).copy_(y)
@@ -819,7 +818,7 @@ class _Decode:
         self.store_stream.wait_stream(self._compute_stream())
         with torch.cuda.stream(self.store_stream):
             dst.copy_(y, non_blocking=self.pin)
-            done = self._event_untimed(self.store_stream)
+            done = self._event(self.store_stream)
         y.record_stream(self.store_stream)
         self.stored.setdefault(a.name, []).append((r0, r0 + y.shape[-2], done))
         self.slab_done(done)
@@ -830,32 +829,25 @@ class _Decode:
             self._compute_stream().wait_stream(self.store_stream)
             self.store_stream.synchronize()
 
-    @staticmethod
-    def _event_untimed(stream):
-        e = torch.cuda.Event()
-        e.record(stream)
-        return e
-
-    def _event(self, stream):
-        """A timed event recorded on `stream` now (None on the CPU)."""
-        if stream is None:
+    def _event(self, stream=None, timed=False):
+        """An event recorded now on `stream` (default: the caller's stream); None on the CPU."""
+        if self.store_stream is None:
             return None
-        e = torch.cuda.Event(enable_timing=True)
-        e.record(stream)
+        e = torch.cuda.Event(enable_timing=timed)
+        e.record(stream if stream is not None else self._compute_stream())
         return e
 
     def run(self, layer, progress):
         a = self.plan.activations[layer.output]
-        cuda = self.store_stream is not None
         entry = {"layer": layer.name, "kind": layer.kind, "output": a.where, "slabs": 0, "h2d_bytes": 0,
                  "d2h_bytes": 0, "wall": time.perf_counter()}
         self.timeline.append(entry)
         h2d = self.h2d_bytes
         self.begin_layer()
-        entry["start"] = self._event(self._compute_stream() if cuda else None)
+        entry["start"] = self._event(timed=True)
         self._run(layer, a, progress, entry)
-        entry["computed"] = self._event(self._compute_stream() if cuda else None)
-        entry["stored"] = self._event(self.store_stream) if cuda and entry["d2h_bytes"] else None
+        entry["computed"] = self._event(timed=True)
+        entry["stored"] = self._event(self.store_stream, timed=True) if entry["d2h_bytes"] else None
         entry["h2d_bytes"] = self.h2d_bytes - h2d
         entry["wall"] = time.perf_counter() - entry["wall"]
 
