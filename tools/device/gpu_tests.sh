@@ -186,14 +186,21 @@ if [ "$what" = pass ]; then
   sed -n '/^| case/,$p' "$out/pass.log"
 fi
 if [ "$what" = bench-compare ]; then
-  # Speed before and after a change, in one run: the old gnsilu-bench ($3) and this build's, alternating, each with
-  # its own cache file, over the layouts preset (or the shapes in GNSILU_COMPARE_SHAPES) in bf16.
+  # Speed before and after a change, in one run: the old gnsilu-bench ($3) and this build's, alternating, two rounds,
+  # each with its own cache file, over the layouts preset or the shapes in GNSILU_COMPARE_SHAPES, in the dtypes of
+  # GNSILU_COMPARE_DTYPES (bf16) and layouts of GNSILU_COMPARE_LAYOUTS (nchw,nhwc). With GNSILU_COMPARE_CONFIGS
+  # (e16w4s2p8,e16w8s1p4,...) those split configurations are timed by hand too, and compared one by one. Each time is
+  # taken as a ratio to the copy of the same bytes in the same process; the table gives the median of the rounds.
   old=${3:?bench-compare needs the old gnsilu-bench}
+  shapes=(--preset layouts)
+  [ -n "${GNSILU_COMPARE_SHAPES:-}" ] && shapes=(--shapes "$GNSILU_COMPARE_SHAPES")
+  configs=()
+  [ -n "${GNSILU_COMPARE_CONFIGS:-}" ] && configs=(--paths split --configs "$GNSILU_COMPARE_CONFIGS")
   for round in 1 2; do
     for who in before after; do
       bin=$([ "$who" = before ] && echo "$old" || echo "$build/tools/gnsilu-bench")
-      GNSILU_CACHE=/tmp/gnsilu-cache/$who.sqlite "$bin" shapes ${GNSILU_COMPARE_SHAPES:+--shapes "$GNSILU_COMPARE_SHAPES"} \
-        $([ -z "${GNSILU_COMPARE_SHAPES:-}" ] && echo --preset layouts) --layouts nchw,nhwc --dtypes bf16 \
+      GNSILU_CACHE=/tmp/gnsilu-cache/$who.sqlite "$bin" shapes "${shapes[@]}" "${configs[@]}" \
+        --layouts "${GNSILU_COMPARE_LAYOUTS:-nchw,nhwc}" --dtypes "${GNSILU_COMPARE_DTYPES:-bf16}" \
         --json "$out/bench-$who-$round.json" > "$out/bench-$who-$round.log" 2>&1
       record "gnsilu-bench $who (round $round)" "$?"
     done
@@ -201,21 +208,25 @@ if [ "$what" = bench-compare ]; then
   python3 - "$out" <<'PY'
 import json, sys, glob, statistics
 out = sys.argv[1]
-rows = {}
+rows = {}  # (shape, layout, dtype, what) -> who -> [ratio to the copy]
 for who in ("before", "after"):
     for f in sorted(glob.glob(f"{out}/bench-{who}-*.json")):
         for r in json.load(open(f)):
             key = (r["shape"], r["layout"], r["dtype"])
-            rows.setdefault(key, {}).setdefault(who, []).append(r["gnsilu_us"])
-print(f"{'shape':<22} {'layout':<6} {'before us':>10} {'after us':>10} {'after/before':>12}")
-ratios = []
+            copy = r["copy_us"]
+            rows.setdefault(key + ("gnsilu",), {}).setdefault(who, []).append(r["gnsilu_us"] / copy)
+            for c in r.get("candidates", []):
+                rows.setdefault(key + (c["config"],), {}).setdefault(who, []).append(c["us"] / copy)
+print(f"{'shape':<20} {'layout':<6} {'dtype':<5} {'what':<14} {'before/copy':>11} {'after/copy':>11} {'after/before':>12}")
+by_what = {}
 for key, v in sorted(rows.items(), key=lambda kv: str(kv[0])):
-    if "before" in v and "after" in v and None not in v["before"] + v["after"]:
-        b, a = min(v["before"]), min(v["after"])
-        ratios.append(a / b)
-        print(f"{str(key[0]):<22} {str(key[1]):<6} {b:10.1f} {a:10.1f} {a / b:12.3f}")
-if ratios:
-    print(f"{len(ratios)} rows: after/before median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
+    if "before" in v and "after" in v:
+        b, a = statistics.median(v["before"]), statistics.median(v["after"])
+        by_what.setdefault((key[2], key[3]), []).append(a / b)
+        print(f"{key[0]:<20} {key[1]:<6} {key[2]:<5} {key[3]:<14} {b:11.3f} {a:11.3f} {a / b:12.3f}")
+for (dtype, what), ratios in sorted(by_what.items()):
+    print(f"{dtype} {what}: {len(ratios)} rows, after/before median {statistics.median(ratios):.3f}, "
+          f"min {min(ratios):.3f}, max {max(ratios):.3f}")
 PY
 fi
 printf '\n'
