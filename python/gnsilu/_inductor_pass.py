@@ -7,18 +7,27 @@
 The pass runs on Dynamo's graph before AOT autograd (Inductor's pre-grad passes), where a GroupNorm is still one call
 (torch.nn.functional.group_norm) and its neighbours are the calls the model made: any model's code is seen as it ran,
 nothing is read from its source. Each GroupNorm is a match, with what surrounds it:
-  - followed by SiLU (F.silu as the GroupNorm's only user): gnsilu's op with activation "silu", else "none";
-  - then by a pad (F.pad, constant or replicate, as the SiLU's only user): gnsilu's padded op, which writes the
-    padded tensor in one launch (the pad disappears);
+  - followed by SiLU (F.silu as the GroupNorm's only user, or behind views of it such as unflatten and permute, each
+    the only user of the one before): gnsilu's op with activation "silu" (the views then take its result), else
+    "none";
+  - then by a pad (F.pad, constant or replicate, as the SiLU's only user, directly or behind dropouts that pass their
+    input through: an inference graph's): gnsilu's padded op, which writes the padded tensor in one launch (the pad
+    disappears);
   - preceded by a convolution's bias (torch.conv1d/2d/3d whose only user is the GroupNorm, its bias of x's dtype):
     the convolution without its bias, and the bias handed to gnsilu's op as its input bias.
 A match is replaced only where the rule below says gnsilu is the faster (decide()); every decision is logged at info
 level (logger "gnsilu.inductor") with its reason, and counted (last_counts()).
 
-The rule (first version, from the measurements of docs/PERFORMANCE.md and README's tables on the H200; to be
-calibrated per match kind): CUDA tensors of bfloat16, float16 or float32 only; channels-last: replaced (gnsilu was
-ahead of torch.compile on every channels-last row but one); channel-major: replaced below NCHW_MAX_BYTES and with at
-least MIN_GROUPS groups (torch.compile leads from 512 MiB and for a single group of 2^24 elements).
+The rule (from the measurements of docs/PERFORMANCE.md and README's tables on the H200, and a count of bytes; to be
+calibrated per match kind on the GPU): CUDA tensors of bfloat16, float16 or float32 only; channels-last: replaced
+(gnsilu was ahead of torch.compile on every channels-last row but one); channel-major: replaced below NCHW_MAX_BYTES
+and with at least MIN_GROUPS groups (torch.compile leads from 512 MiB and for a single group of 2^24 elements). And a
+channel-major match is kept wherever its result (behind views, identity dropouts and slices) is read by anything but
+a convolution, a matrix product, attention or the graph's output: Inductor computes a GroupNorm's normalization in
+the kernel of the pointwise ops, pads and concatenations after it, so its GroupNorm reads x twice and writes once,
+where gnsilu's op would write its result and the fused kernel read it again (5 passes over the tensor against 3).
+Channels-last matches are replaced all the same: Inductor's channels-last GroupNorm took 5.4x a copy where gnsilu's
+took 2.3x (4x128x1024x1024 bf16), more than the extra pass.
 
 Caches: the pass runs before AOT autograd takes its key and before Inductor's FX graph cache does, so both key the
 graph as the pass left it: a graph compiled with another gnsilu's decisions has another key. The FX graph cache also
@@ -30,13 +39,15 @@ op, not a GroupNorm, and replaces nothing twice.
 
 GroupNorms taken per frame: where the model views a video's frames as a batch without a copy (a (1, C, T, H, W) video
 permuted and flattened to (T, C, H, W): "channels first" order; or frames first), the op takes that view as it is
-(gnsilu._strided, from its MIN_BYTES) under the same rule as channel-major tensors; a pad after it stays (the padded op
-takes no such input). Where the reshape copies (a batch of videos), the op takes the copy. Not yet: the rule is not yet
-calibrated on the GPU per match kind.
+(gnsilu._strided, from its MIN_BYTES) under the same rule as channel-major tensors; where a pad follows, the match is
+kept (the padded op takes no such input, and Inductor computes the pad in its GroupNorm's kernel). Where the reshape
+copies (a batch of videos), the op takes the copy. What the pass does to each decode of tools/bench_vae.py, without a
+GPU: tools/pass_census.py. Not yet: the rule is not yet calibrated on the GPU per match kind.
 """
 import hashlib
 import inspect
 import logging
+import operator
 
 import torch
 import torch.nn.functional as F
@@ -68,6 +79,64 @@ def _arg(node, index, name, default=None):
     if len(node.args) > index:
         return node.args[index]
     return node.kwargs.get(name, default)
+
+
+# Nodes that only view (or copy in another order) what they take: a SiLU after them is the GroupNorm's SiLU, and what
+# reads the GroupNorm's result is found behind them, and behind dropouts that pass their input through (_identity).
+_VIEW_METHODS = ("view", "reshape", "permute", "transpose", "flatten", "unflatten", "squeeze", "unsqueeze",
+                 "contiguous")
+_VIEW_FUNCTIONS = (torch.reshape, torch.permute, torch.transpose, torch.flatten, torch.unflatten, torch.squeeze,
+                   torch.unsqueeze)
+_PASS_THROUGH = (F.dropout, torch.dropout, F.dropout1d, F.dropout2d, F.dropout3d)
+# Readers that need the tensor in memory whatever made it (Inductor computes none of them in the producer's kernel):
+# convolutions, matrix products, attention, and the graph's outputs.
+_MATERIALIZING = _CONVS + (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d, F.linear, torch.matmul,
+                           torch.bmm, torch.mm, torch.baddbmm, torch.addmm, F.scaled_dot_product_attention,
+                           operator.matmul)
+
+
+def _is_view(node):
+    return (node.op == "call_method" and node.target in _VIEW_METHODS) or \
+        (node.op == "call_function" and node.target in _VIEW_FUNCTIONS)
+
+
+def _identity(node):
+    """A dropout that passes its input through: training False (a module in eval mode) or p = 0."""
+    if node.op != "call_function" or node.target not in _PASS_THROUGH:
+        return False
+    training = _arg(node, 2, "train" if node.target is torch.dropout else "training", True)
+    return training is False or _arg(node, 1, "p", 0.5) == 0
+
+
+def _readers(node):
+    """The nodes that read node's result, behind views, identity dropouts and tensor slices (operator.getitem)."""
+    found, todo, seen = [], list(node.users), set()
+    while todo:
+        user = todo.pop()
+        if user in seen:
+            continue
+        seen.add(user)
+        if _is_view(user) or _identity(user) or (user.op == "call_function" and user.target is operator.getitem):
+            todo.extend(user.users)
+        else:
+            found.append(user)
+    return found
+
+
+def _channels_last(x):
+    try:
+        return layout_of(tuple(int(s) for s in x.shape), tuple(int(s) for s in x.stride())) == "channels_last"
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
+def _materializes(node):
+    return node.op == "output" or (node.op == "call_function" and node.target in _MATERIALIZING)
+
+
+def _name(node):
+    target = node.target
+    return f"{node.op} {getattr(target, '__name__', target)}"
 
 
 def decide(x, num_groups, activation, padded):
@@ -148,14 +217,27 @@ class GnsiluPass:
         weight, bias, eps = _arg(norm, 2, "weight"), _arg(norm, 3, "bias"), _arg(norm, 4, "eps", 1e-5)
         if not isinstance(x, torch.fx.Node) or not isinstance(num_groups, int) or not isinstance(eps, float):
             return
-        silu = None
-        users = list(norm.users)
-        if len(users) == 1 and users[0].op == "call_function" and users[0].target in _SILUS:
-            silu = users[0]
+        silu, views = None, []  # SiLU after the GroupNorm, directly or through views of it (each the only user)
+        cur = norm
+        while len(cur.users) == 1:
+            user = next(iter(cur.users))
+            if user.op == "call_function" and user.target in _SILUS:
+                silu = user
+                break
+            if not _is_view(user):
+                break
+            views.append(user)
+            cur = user
+        if silu is None:
+            views = []
         last = silu if silu is not None else norm
         pad = None
-        users = list(last.users)
-        if silu is not None and len(users) == 1 and users[0].op == "call_function" and users[0].target in _PADS:
+        users, between = list(last.users), []
+        while len(users) == 1 and _identity(users[0]):  # an inference graph's dropout between the SiLU and the pad
+            between.append(users[0])
+            users = list(users[0].users)
+        if silu is not None and not views and len(users) == 1 and users[0].op == "call_function" \
+                and users[0].target in _PADS:
             p = users[0]
             widths, mode, value = _arg(p, 1, "pad"), _arg(p, 2, "mode", "constant"), _arg(p, 3, "value", None)
             if mode in _PAD_MODES and isinstance(widths, (tuple, list)) and all(isinstance(w, int) for w in widths) \
@@ -174,7 +256,16 @@ class GnsiluPass:
             replace_alone, why_alone = decide(_value(x), num_groups, activation, False)
             if replace_alone:
                 pad, replace, why = None, True, why_alone + "; its pad kept"
-        what = ("GroupNorm" + ("+SiLU" if silu is not None else "") + ("+pad" if pad is not None else "")
+        if replace and not _channels_last(_value(x)):  # what reads the result: where Inductor would compute the
+            # normalization in its kernel, keep the match (channels-last: Inductor's GroupNorm is slower by more)
+            fused = [u for u in _readers(pad[0] if pad is not None else last) if not _materializes(u)]
+            if fused:
+                replace, why = False, (f"its result goes to {_name(fused[0])}, which Inductor computes in the "
+                                       f"GroupNorm's own kernel (gnsilu's op would add a write and a read of the "
+                                       f"tensor); {why}")
+        what = ("GroupNorm" + ("+SiLU" if silu is not None else "")
+                + (f" (through {len(views)} view{'s' if len(views) > 1 else ''})" if views else "")
+                + ("+pad" if pad is not None else "")
                 + (" after a convolution's bias" if conv is not None and replace else ""))
         shape = tuple(_value(x).shape) if _value(x) is not None else "?"
         if not replace:
@@ -191,7 +282,7 @@ class GnsiluPass:
             else:
                 conv.kwargs = {**conv.kwargs, "bias": None}
             counts["input_bias"] += 1
-        anchor = pad[0] if pad is not None else last
+        anchor = pad[0] if pad is not None else views[0] if views else last
         with graph.inserting_before(anchor):
             if pad is not None:
                 node = graph.call_function(torch.ops.gnsilu.group_norm_padded.default,
@@ -201,11 +292,19 @@ class GnsiluPass:
             else:
                 node = graph.call_function(torch.ops.gnsilu.group_norm.default,
                                            (x, num_groups, weight, bias, float(eps), activation, None, input_bias))
-        node.meta.update({k: v for k, v in anchor.meta.items() if k != "example_value"})
-        if _value(anchor) is not None:
-            node.meta["example_value"] = _value(anchor)
-        anchor.replace_all_uses_with(node)
-        for dead in (pad[0] if pad is not None else None, silu, norm):  # each the only user of the next
+        if views:  # the op's output (x's shape, with the SiLU) takes the GroupNorm's place before the views
+            node.meta.update({k: v for k, v in norm.meta.items() if k != "example_value"})
+            if _value(norm) is not None:
+                node.meta["example_value"] = _value(norm)
+            norm.replace_all_uses_with(node)
+            silu.replace_all_uses_with(views[-1])
+        else:
+            node.meta.update({k: v for k, v in anchor.meta.items() if k != "example_value"})
+            if _value(anchor) is not None:
+                node.meta["example_value"] = _value(anchor)
+            anchor.replace_all_uses_with(node)
+        dead_nodes = [pad[0]] + between[::-1] if pad is not None else []
+        for dead in dead_nodes + [silu, norm]:  # each the only user of the next
             if dead is not None and not dead.users:
                 graph.erase_node(dead)
         counts["replaced"] += 1

@@ -38,8 +38,9 @@ def require():
 
 
 class Block(nn.Module):
-    """conv -> GroupNorm -> SiLU -> replicate pad -> conv, then GroupNorm -> SiLU of that, plus a plain GroupNorm of the
-    input: the pass's three kinds of match and both moves of a convolution's bias."""
+    """conv -> GroupNorm -> SiLU -> replicate pad -> conv, then GroupNorm -> SiLU of that into a convolution, plus a
+    plain GroupNorm of the input into a 1x1 convolution: the pass's three kinds of match and both moves of a
+    convolution's bias, each read by a convolution (as in a VAE's resnet blocks)."""
 
     def __init__(self, channels=16, groups=4):
         super().__init__()
@@ -48,11 +49,13 @@ class Block(nn.Module):
         self.act = nn.SiLU()
         self.conv1 = nn.Conv2d(channels, channels, 3)
         self.norm2 = nn.GroupNorm(groups, channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
         self.norm3 = nn.GroupNorm(groups, channels, affine=False)
+        self.conv3 = nn.Conv2d(channels, channels, 1)
 
     def forward(self, x):
         h = self.conv1(F.pad(self.act(self.norm1(self.conv0(x))), (1, 1, 1, 1), mode="replicate"))
-        return F.silu(self.norm2(h)) + self.norm3(x)
+        return self.conv2(F.silu(self.norm2(h))) + self.conv3(self.norm3(x))
 
 
 class CapturingPass(ip.GnsiluPass if torch is not None else object):
@@ -130,8 +133,8 @@ def test_matches_replaced_ops_gone_numerics_kept():
         assert not any(t in ip._PADS for t in after), after
         assert after.count(torch.ops.gnsilu.group_norm.default) == 2, after
         assert after.count(torch.ops.gnsilu.group_norm_padded.default) == 1, after
-        assert after.count(torch.conv2d) == 2
-        assert p.biases == [None, None], "a convolution kept the bias the op took"
+        assert after.count(torch.conv2d) == 4
+        assert p.biases == [None, None, "a bias", "a bias"], "a convolution kept the bias the op took"
         assert len([line for line in lines if line.startswith("gnsilu.inductor: replaced")]) == 3, lines
         with torch.no_grad():
             expected = block(x)
@@ -189,41 +192,109 @@ def frames(video):
 
 
 class FrameBlock(nn.Module):
-    """A per-frame GroupNorm + SiLU then a replicate pad and a 2-D convolution of each frame, on a video."""
+    """A per-frame GroupNorm + SiLU then a 2-D convolution of each frame, on a video; with pad=True a replicate pad
+    between them (the convolution then pads nothing itself)."""
 
-    def __init__(self, channels=64, groups=8):
+    def __init__(self, channels=64, groups=8, pad=False):
         super().__init__()
         self.norm = nn.GroupNorm(groups, channels)
-        self.conv = nn.Conv2d(channels, channels, 3)
+        self.pad = pad
+        self.conv = nn.Conv2d(channels, channels, 3, padding=0 if pad else 1)
 
     def forward(self, video):
         n, c, t, h, w = video.shape
-        y = self.conv(F.pad(F.silu(self.norm(frames(video))), (1, 1, 1, 1), mode="replicate"))
+        y = F.silu(self.norm(frames(video)))
+        y = self.conv(F.pad(y, (1, 1, 1, 1), mode="replicate") if self.pad else y)
         return y.unflatten(0, (n, t)).permute(0, 2, 1, 3, 4)
 
 
 def test_a_videos_frames_are_taken_as_the_model_views_them():
     """A per-frame GroupNorm of a (1, C, T, H, W) video's frames viewed as a batch (no copy: "channels first"
-    order) of 16 MiB and more: replaced by the op on that view; its pad stays (the padded op takes no such view).
-    Below 16 MiB it is kept. The output is the block's within FP32 rounding."""
+    order) of 16 MiB and more, read by a convolution: replaced by the op on that view. Below 16 MiB it is kept, and
+    with a pad after it too (the padded op takes no such view, and Inductor computes the pad in its GroupNorm's
+    kernel). The output is the block's within FP32 rounding."""
     require()
     torch.manual_seed(0)
-    block = FrameBlock().eval()
-    for size, replaced in ((96, 1), (32, 0)):
+    for size, pad, replaced in ((96, False, 1), (32, False, 0), (96, True, 0)):
+        block = FrameBlock(pad=pad).eval()
         video = torch.randn(1, 64, 8, size, size) * 2 + 1  # 96: 18 MiB of float32
         with compiled_with_pass() as p, logged() as lines:
             y = torch.compile(block, fullgraph=True)(video)
             counts, after = dict(p.counts), p.graphs[0]
-        assert counts["replaced"] == replaced and counts["kept"] == 1 - replaced, (size, counts, lines)
+        assert counts["replaced"] == replaced and counts["kept"] == 1 - replaced, (size, pad, counts, lines)
         assert counts["padded"] == 0, counts
-        assert any(t in ip._PADS for t in after), after  # the pad is still there
+        assert any(t in ip._PADS for t in after) == pad, after  # a pad is still there
         if replaced:
-            assert "channels first order" in lines[0] and "its pad kept" in lines[0], lines
+            assert "channels first order" in lines[0], lines
             assert gnsilu_ops(after) == 1 and F.group_norm not in after, after
+        elif pad:
+            assert "its result goes to call_function pad" in lines[0], lines
         with torch.no_grad():
             expected = block(video)
         error = ((y - expected).norm() / expected.norm()).item()
         assert error < 1e-6, f"{size}: relative L2 {error:.3g}"
+
+
+class ReaderBlock(nn.Module):
+    """The matches the reader rule sorts, on one input (bias-free convolutions, so that no bias moves):
+      a: GroupNorm -> x * scale + shift -> SiLU -> conv (a spatial norm, as CogVideoX's decoder has);
+      b: GroupNorm -> SiLU -> + 1 -> conv (a pointwise op after the SiLU);
+      c: a video's frames as a batch -> GroupNorm -> unflatten -> permute -> SiLU -> conv3d (Magvit's decoder);
+      d: GroupNorm -> SiLU -> dropout (eval) -> replicate pad -> conv (HunyuanVideo's second norm)."""
+
+    def __init__(self, channels=16, groups=4):
+        super().__init__()
+        self.norms = nn.ModuleList(nn.GroupNorm(groups, channels) for _ in range(4))
+        self.convs = nn.ModuleList(nn.Conv2d(channels, channels, 3, padding=1, bias=False) for _ in range(2))
+        self.conv3d = nn.Conv3d(channels, channels, 3, padding=1, bias=False)
+        self.conv_d = nn.Conv2d(channels, channels, 3, bias=False)
+        self.drop = nn.Dropout(0.1)
+        self.scale = nn.Parameter(torch.randn(1, channels, 1, 1))
+        self.shift = nn.Parameter(torch.randn(1, channels, 1, 1))
+
+    def forward(self, x, video):
+        a = self.convs[0](F.silu(self.norms[0](x) * self.scale + self.shift))
+        b = self.convs[1](F.silu(self.norms[1](x)) + 1)
+        n, c, t, h, w = video.shape
+        v = self.norms[2](frames(video)).unflatten(0, (n, t)).permute(0, 2, 1, 3, 4)
+        v = self.conv3d(F.silu(v))
+        d = self.conv_d(F.pad(self.drop(F.silu(self.norms[3](x))), (1, 1, 1, 1), mode="replicate"))
+        return a + b + d, v
+
+
+def test_what_reads_a_match_decides_and_silu_behind_views_or_dropout_matches():
+    """Channel-major: a GroupNorm whose result goes to a pointwise op (a: its scale and shift; b: after its SiLU) is
+    kept, with the reader named; the SiLU behind the view back to (N, C, T, H, W) is the GroupNorm's (c: replaced, the
+    views kept on the op's result, no F.silu left); the pad behind an eval-mode dropout is absorbed (d: the padded
+    op). Channels-last: a and b are replaced too (Inductor's channels-last GroupNorm is slower by more than the extra
+    pass). Outputs within FP32 rounding of the block's."""
+    require()
+    torch.manual_seed(0)
+    block = ReaderBlock().eval()
+    video = torch.randn(1, 16, 4, 12, 10) * 2 + 1
+    for layout, expected_counts in ((torch.contiguous_format, {"replaced": 2, "kept": 2, "padded": 1}),
+                                    (torch.channels_last, {"replaced": 4, "kept": 0, "padded": 1})):
+        x = (torch.randn(2, 16, 12, 10) * 3 - 1).contiguous(memory_format=layout)
+        # The frames of a small video are kept below gnsilu._strided's MIN_BYTES: allow any size here.
+        with compiled_with_pass() as p, logged() as lines, mock.patch.object(ip._strided, "MIN_BYTES", 0):
+            got = torch.compile(block, fullgraph=True)(x, video)
+            counts, after = dict(p.counts), p.graphs[0]
+        assert {k: counts[k] for k in expected_counts} == expected_counts, (layout, counts, lines)
+        kept = [line for line in lines if line.startswith("gnsilu.inductor: kept")]
+        if layout is torch.contiguous_format:
+            assert any("its result goes to call_function mul" in line for line in kept), kept
+            assert any("its result goes to call_function add" in line for line in kept), kept
+        assert any("GroupNorm+SiLU (through 2 views)" in line and "replaced" in line for line in lines), lines
+        assert any("GroupNorm+SiLU+pad" in line and "replaced" in line for line in lines), lines
+        # a's (after its scale and shift, never the GroupNorm's) and, kept, b's: c's and d's are gone.
+        assert after.count(F.silu) == (2 if layout is torch.contiguous_format else 1), after
+        assert not any(t in ip._PADS for t in after), after
+        assert after.count(torch.ops.gnsilu.group_norm_padded.default) == 1, after
+        with torch.no_grad():
+            expected = block(x, video)
+        for g, e in zip(got, expected):
+            error = ((g - e).norm() / e.norm()).item()
+            assert error < 1e-6, f"{layout}: relative L2 {error:.3g}"
 
 
 def test_a_swapped_model_gets_no_second_replacement():
