@@ -5,9 +5,10 @@
 For each case: the model of bench_vae.py (seeded random weights, the latent the GPU rows use), its decode captured by
 Dynamo (torch._dynamo.export, static shapes: the graph the pass sees under torch.compile, with fake values, so nothing
 of the decode is computed), and gnsilu's pass run over that graph with CPU tensors allowed. Printed per case: the
-pass's counts, each (verdict, match, reason) with how many GroupNorms got it, and the input shapes. The decisions are
-the GPU's where the graph is: decide() reads shapes, strides, dtype and sizes only. oneDNN is turned off so that a
-convolution's output keeps its input's memory format, as cuDNN's does (oneDNN may make bf16 outputs channels-last).
+pass's counts and its own time on the graph, each (verdict, match, reason) with how many GroupNorms got it, and the
+input shapes. The decisions are the GPU's where the graph is: decide() reads shapes, strides, dtype and sizes only.
+oneDNN is turned off so that a convolution's output keeps its input's memory format, as cuDNN's does (oneDNN may make
+bf16 outputs channels-last).
 
 Exit status: 0, or 1 when a case cannot be captured; 77 without PyTorch or diffusers (ctest's Skipped).
 """
@@ -18,6 +19,7 @@ import logging
 import os
 import re
 import sys
+import time
 import types
 from unittest import mock
 
@@ -54,7 +56,9 @@ def census(torch, bench_vae, inductor_pass, case, dtype, hunyuan_latent):
     try:
         p = inductor_pass.GnsiluPass()
         with mock.patch.object(inductor_pass, "_DEVICE_TYPES", ("cpu",)):
+            start = time.perf_counter()
             p(gm.graph)
+            pass_ms = (time.perf_counter() - start) * 1e3
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
@@ -68,7 +72,7 @@ def census(torch, bench_vae, inductor_pass, case, dtype, hunyuan_latent):
         reason = re.sub(r"strides \(.*", "strides in neither layout nor a frames order gnsilu takes", reason)
         decisions[(verdict, what, reason)] += 1
         shapes[shape] += 1
-    return {"latent": list(z.shape), "counts": dict(p.counts),
+    return {"latent": list(z.shape), "counts": dict(p.counts), "pass_ms": pass_ms,
             "decisions": [list(k) + [n] for k, n in decisions.most_common()], "shapes": dict(shapes.most_common())}
 
 
@@ -101,7 +105,7 @@ def main():
         out[case] = row
         c = row["counts"]
         print(f"{case} (latent {tuple(row['latent'])}): replaced {c['replaced']} (padded {c['padded']}, input bias "
-              f"{c['input_bias']}), kept {c['kept']}")
+              f"{c['input_bias']}), kept {c['kept']}; the pass took {row['pass_ms']:.1f} ms")
         for verdict, what, reason, n in row["decisions"]:
             print(f"  {n:4d}  {verdict:<8} {what:<48} {reason}")
         print("  shapes: " + ", ".join(f"{s} x{n}" for s, n in row["shapes"].items()))
