@@ -14,7 +14,8 @@ Models, built from config dicts with random weights (seeded; no model hub):
                        latent to 9 frames of 320x512 (--hunyuan-latent T,H,W for another clip).
 Modes: eager; eager+gnsilu (gnsilu.torch.swap_group_norm_silu on a copy); compile (torch.compile of the decode);
 compile+gnsilu (the swapped copy compiled: gnsilu's op stands in Inductor's graph); compile+pass (compiled with gnsilu's
-Inductor pass, gnsilu.torch.enable_inductor_pass, no swap: the row prints what it replaced and kept); any of them with
+Inductor pass, gnsilu.torch.enable_inductor_pass, no swap: the row prints what it replaced and kept;
+compile+pass+allreaders: the pass without its reader rule, READER_RULE False); any of them with
 +slabs (whole activations, convolutions and upsamplers in slabs of rows: gnsilu.chunked, --slab-bytes) or +tiled
 (diffusers' enable_tiling); eager modes with +bounded (gnsilu.bounded.decode within --max-gpu-bytes besides the weights:
 the row prints its plan's host bytes and slabs; +bounded+hostonly: nothing recomputed, recompute=False). Cases also
@@ -322,7 +323,7 @@ def _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plai
         from torch._dynamo.utils import counters as dynamo_counters
         dynamo_counters.clear()
         decode = torch.compile(plain_decode, mode=args.compile_mode)
-    with torch.inference_mode(), PassDecisions(torch, "+pass" in mode) as decisions:
+    with torch.inference_mode(), PassDecisions(torch, "+pass" in mode, "+allreaders" in mode) as decisions:
         begin = time.perf_counter()
         out = decode(z)
         if args.device == "cuda":
@@ -401,17 +402,21 @@ def _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plai
 
 class PassDecisions:
     """With `enabled`: gnsilu's Inductor pass set for the block (torch._inductor.config.pre_grad_custom_pass, the
-    setting before it restored after), and its decisions (log lines of the logger "gnsilu.inductor") collected."""
+    setting before it restored after), and its decisions (log lines of the logger "gnsilu.inductor") collected.
+    all_readers: the pass's reader rule off for the block (gnsilu._inductor_pass.READER_RULE)."""
 
-    def __init__(self, torch, enabled):
-        self.torch, self.enabled, self.lines = torch, enabled, []
+    def __init__(self, torch, enabled, all_readers=False):
+        self.torch, self.enabled, self.all_readers, self.lines = torch, enabled, all_readers, []
 
     def __enter__(self):
         if self.enabled:
             import logging
             import torch._inductor.config as inductor_config
             import gnsilu.torch as gt
+            from gnsilu import _inductor_pass
             self.config, self.before = inductor_config, inductor_config.pre_grad_custom_pass
+            self.rules, self.rule_before = _inductor_pass, _inductor_pass.READER_RULE
+            _inductor_pass.READER_RULE = not self.all_readers
             inductor_config.pre_grad_custom_pass = None
             gt.enable_inductor_pass()
             lines = self.lines
@@ -428,6 +433,7 @@ class PassDecisions:
     def __exit__(self, *exc):
         if self.enabled:
             self.config.pre_grad_custom_pass = self.before
+            self.rules.READER_RULE = self.rule_before
             self.log.removeHandler(self.handler)
             self.log.setLevel(self.level)
         return False

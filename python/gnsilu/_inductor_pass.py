@@ -57,9 +57,11 @@ from ._checks import layout_of
 
 log = logging.getLogger("gnsilu.inductor")
 
-# The rule's constants (part of uuid()).
+# The rule's constants (part of uuid()). READER_RULE False replaces channel-major matches whatever reads them (to time
+# what the reader rule keeps).
 NCHW_MAX_BYTES = 512 << 20
 MIN_GROUPS = 2
+READER_RULE = True
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _DEVICE_TYPES = ()  # devices besides CUDA where the pass replaces (tests add "cpu": the op then runs PyTorch's ops)
 
@@ -199,7 +201,7 @@ class GnsiluPass:
 
     def uuid(self):
         text = inspect.getsource(inspect.getmodule(GnsiluPass))
-        text += f"|{NCHW_MAX_BYTES}|{MIN_GROUPS}|{_DEVICE_TYPES}"
+        text += f"|{NCHW_MAX_BYTES}|{MIN_GROUPS}|{READER_RULE}|{_DEVICE_TYPES}"
         from . import __version__
         return hashlib.sha256((text + "|" + __version__).encode()).hexdigest()
 
@@ -256,8 +258,9 @@ class GnsiluPass:
             replace_alone, why_alone = decide(_value(x), num_groups, activation, False)
             if replace_alone:
                 pad, replace, why = None, True, why_alone + "; its pad kept"
-        if replace and not _channels_last(_value(x)):  # what reads the result: where Inductor would compute the
-            # normalization in its kernel, keep the match (channels-last: Inductor's GroupNorm is slower by more)
+        # What reads the result: where Inductor would compute the normalization in that reader's kernel, keep the
+        # match (channels-last: Inductor's GroupNorm is slower by more than the extra pass).
+        if replace and READER_RULE and not _channels_last(_value(x)):
             fused = [u for u in _readers(pad[0] if pad is not None else last) if not _materializes(u)]
             if fused:
                 replace, why = False, (f"its result goes to {_name(fused[0])}, which Inductor computes in the "

@@ -267,34 +267,36 @@ def test_what_reads_a_match_decides_and_silu_behind_views_or_dropout_matches():
     kept, with the reader named; the SiLU behind the view back to (N, C, T, H, W) is the GroupNorm's (c: replaced, the
     views kept on the op's result, no F.silu left); the pad behind an eval-mode dropout is absorbed (d: the padded
     op). Channels-last: a and b are replaced too (Inductor's channels-last GroupNorm is slower by more than the extra
-    pass). Outputs within FP32 rounding of the block's."""
+    pass). With READER_RULE off, a and b are replaced in both layouts. Outputs within FP32 rounding of the block's."""
     require()
     torch.manual_seed(0)
     block = ReaderBlock().eval()
     video = torch.randn(1, 16, 4, 12, 10) * 2 + 1
-    for layout, expected_counts in ((torch.contiguous_format, {"replaced": 2, "kept": 2, "padded": 1}),
-                                    (torch.channels_last, {"replaced": 4, "kept": 0, "padded": 1})):
+    for layout, rule, expected_counts in ((torch.contiguous_format, True, {"replaced": 2, "kept": 2, "padded": 1}),
+                                          (torch.channels_last, True, {"replaced": 4, "kept": 0, "padded": 1}),
+                                          (torch.contiguous_format, False, {"replaced": 4, "kept": 0, "padded": 1})):
         x = (torch.randn(2, 16, 12, 10) * 3 - 1).contiguous(memory_format=layout)
         # The frames of a small video are kept below gnsilu._strided's MIN_BYTES: allow any size here.
-        with compiled_with_pass() as p, logged() as lines, mock.patch.object(ip._strided, "MIN_BYTES", 0):
+        with compiled_with_pass() as p, logged() as lines, mock.patch.object(ip._strided, "MIN_BYTES", 0), \
+                mock.patch.object(ip, "READER_RULE", rule):
             got = torch.compile(block, fullgraph=True)(x, video)
             counts, after = dict(p.counts), p.graphs[0]
-        assert {k: counts[k] for k in expected_counts} == expected_counts, (layout, counts, lines)
+        assert {k: counts[k] for k in expected_counts} == expected_counts, (layout, rule, counts, lines)
         kept = [line for line in lines if line.startswith("gnsilu.inductor: kept")]
-        if layout is torch.contiguous_format:
+        if counts["kept"]:
             assert any("its result goes to call_function mul" in line for line in kept), kept
             assert any("its result goes to call_function add" in line for line in kept), kept
         assert any("GroupNorm+SiLU (through 2 views)" in line and "replaced" in line for line in lines), lines
         assert any("GroupNorm+SiLU+pad" in line and "replaced" in line for line in lines), lines
         # a's (after its scale and shift, never the GroupNorm's) and, kept, b's: c's and d's are gone.
-        assert after.count(F.silu) == (2 if layout is torch.contiguous_format else 1), after
+        assert after.count(F.silu) == (2 if counts["kept"] else 1), after
         assert not any(t in ip._PADS for t in after), after
         assert after.count(torch.ops.gnsilu.group_norm_padded.default) == 1, after
         with torch.no_grad():
             expected = block(x, video)
         for g, e in zip(got, expected):
             error = ((g - e).norm() / e.norm()).item()
-            assert error < 1e-6, f"{layout}: relative L2 {error:.3g}"
+            assert error < 1e-6, f"{layout} {rule}: relative L2 {error:.3g}"
 
 
 def test_a_swapped_model_gets_no_second_replacement():
@@ -322,6 +324,8 @@ def test_uuid_names_the_code_and_the_rule_and_enabling_chains():
     with mock.patch.object(ip, "NCHW_MAX_BYTES", 1 << 20):
         assert p.uuid() != first
     with mock.patch.object(ip, "MIN_GROUPS", 4):
+        assert p.uuid() != first
+    with mock.patch.object(ip, "READER_RULE", False):
         assert p.uuid() != first
     import torch._inductor.config as inductor_config
     with inductor_config.patch(pre_grad_custom_pass=None):

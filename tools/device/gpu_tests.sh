@@ -5,7 +5,9 @@
 # Usage: gpu_tests.sh [build] [tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|decodes-large|
 #                              pass|bench-compare OLD|all]
 # decodes, decodes-large and pass need diffusers: carry its wheel and importlib_metadata's in .whl/ (installed into
-# /tmp/gnsilu-site). pass takes its cases from GNSILU_PASS_CASES (default flux-512,flux-1024,hunyuan-video).
+# /tmp/gnsilu-site). pass takes its cases from GNSILU_PASS_CASES (default flux-512,flux-1024,hunyuan-video), its modes
+# from GNSILU_PASS_MODES (compile,compile+pass,compile+gnsilu; compile+pass+allreaders times the pass without its reader
+# rule) and its layouts from GNSILU_PASS_LAYOUTS (nchw,channels_last).
 # Exit status: 1 when any step failed (a step that exits 77 counts as skipped, not failed), 2 for an unknown step.
 set -u
 build=${1:-build}
@@ -181,7 +183,9 @@ if [ "$what" = pass ]; then
   # Inductor's caches off, so that each row's first call is a whole compile (comparable between the rows).
   step "bench_vae compile, compile+pass, compile+gnsilu" pass.log env TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 "${vae[@]}" \
     --cases "${GNSILU_PASS_CASES:-flux-512,flux-1024,hunyuan-video}" \
-    --modes compile,compile+pass,compile+gnsilu --layouts nchw,channels_last --runs 10 --no-exact --no-profile \
+    --modes "${GNSILU_PASS_MODES:-compile,compile+pass,compile+gnsilu}" \
+    --layouts "${GNSILU_PASS_LAYOUTS:-nchw,channels_last}" \
+    --runs 10 --no-exact --no-profile \
     --json "$out/pass.json"
   sed -n '/^| case/,$p' "$out/pass.log"
 fi
