@@ -1,6 +1,7 @@
 """What gnsilu's Inductor pass would replace and keep in each decode of tools/bench_vae.py, without a GPU.
 
     python3 tools/pass_census.py [--cases flux-1024,hunyuan-video,...] [--dtype bfloat16] [--json FILE]
+                                 [--expect flux-1024=30/0,cogvideox=0/37,...]
 
 For each case: the model of bench_vae.py (seeded random weights, the latent the GPU rows use), its decode captured by
 Dynamo (torch._dynamo.export, static shapes: the graph the pass sees under torch.compile, with fake values, so nothing
@@ -10,7 +11,11 @@ input shapes. The decisions are the GPU's where the graph is: decide() reads sha
 oneDNN is turned off so that a convolution's output keeps its input's memory format, as cuDNN's does (oneDNN may make
 bf16 outputs channels-last).
 
-Exit status: 0, or 1 when a case cannot be captured; 77 without PyTorch or diffusers (ctest's Skipped).
+--expect CASE=REPLACED/KEPT,...: exit 1 unless each named case's counts are those (ctest's test_pass_census_cpu: the
+pass's decisions on diffusers' real graphs, against changes of the rule, of diffusers or of Dynamo).
+
+Exit status: 0, or 1 when a case cannot be captured or an expectation fails; 77 without PyTorch or diffusers (ctest's
+Skipped).
 """
 import argparse
 import collections
@@ -82,7 +87,15 @@ def main():
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ap.add_argument("--hunyuan-latent", default="3,60,104", help="HunyuanVideo's latent T,H,W (as bench_vae.py)")
     ap.add_argument("--json", help="write the census here too")
+    ap.add_argument("--expect", default="", help="CASE=REPLACED/KEPT,...: exit 1 unless each case's counts are those")
     args = ap.parse_args()
+    expected = {}
+    for item in [i for i in args.expect.split(",") if i]:
+        case, _, counts = item.partition("=")
+        replaced, _, kept = counts.partition("/")
+        if not (case and replaced.isdigit() and kept.isdigit()):
+            ap.error(f"--expect: {item!r} is not CASE=REPLACED/KEPT")
+        expected[case] = (int(replaced), int(kept))
     try:
         import torch
         import diffusers  # noqa: F401
@@ -112,6 +125,12 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
+    for case, (replaced, kept) in expected.items():
+        got = out.get(case, {}).get("counts")
+        if got is None or (got["replaced"], got["kept"]) != (replaced, kept):
+            print(f"pass_census: {case}: expected {replaced} replaced and {kept} kept, got "
+                  f"{'nothing' if got is None else str(got['replaced']) + ' and ' + str(got['kept'])}")
+            status = 1
     return status
 
 
