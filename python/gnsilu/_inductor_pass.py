@@ -128,7 +128,7 @@ def _readers(node):
 def _channels_last(x):
     try:
         return layout_of(tuple(int(s) for s in x.shape), tuple(int(s) for s in x.stride())) == "channels_last"
-    except (TypeError, ValueError, RuntimeError):
+    except (AttributeError, TypeError, ValueError, RuntimeError):
         return False
 
 
@@ -226,7 +226,10 @@ class GnsiluPass:
             if user.op == "call_function" and user.target in _SILUS:
                 silu = user
                 break
-            if not _is_view(user):
+            # .view() needs its input's strides to allow it: taken only where the op's result (x's strides) is the
+            # contiguous tensor F.group_norm gives for a contiguous x.
+            if not _is_view(user) or (user.op == "call_method" and user.target == "view"
+                                      and not (_value(x) is not None and _value(x).is_contiguous())):
                 break
             views.append(user)
             cur = user

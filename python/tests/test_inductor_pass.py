@@ -315,6 +315,40 @@ def test_a_swapped_model_gets_no_second_replacement():
     assert F.group_norm not in after
 
 
+class ViewBlock(nn.Module):
+    """GroupNorm -> .view(N, C, H * W) -> SiLU -> .view back -> conv."""
+
+    def __init__(self, channels=16, groups=4):
+        super().__init__()
+        self.norm = nn.GroupNorm(groups, channels)
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        n, c, h, w = x.shape
+        return self.conv(F.silu(self.norm(x).view(n, c, h * w)).view(n, c, h, w))
+
+
+def test_a_view_before_the_silu_is_taken_only_for_a_contiguous_input():
+    """.view() needs strides that allow it, and the op's result has x's: for a contiguous x the SiLU behind the view
+    is the op's (one op, no F.silu left); for a channels-last x the GroupNorm alone is replaced (the view then sees
+    the op's channels-last result, which allows it here) and F.silu stays. Outputs within FP32 rounding."""
+    require()
+    torch.manual_seed(0)
+    block = ViewBlock().eval()
+    for layout, through in ((torch.contiguous_format, True), (torch.channels_last, False)):
+        x = (torch.randn(2, 16, 8, 6) * 2 + 1).contiguous(memory_format=layout)
+        with compiled_with_pass() as p, logged() as lines:
+            got = torch.compile(block, fullgraph=True)(x)
+            counts, after = dict(p.counts), p.graphs[0]
+        assert counts["replaced"] == 1, (layout, counts, lines)
+        assert ("(through 1 view)" in lines[0]) == through, (layout, lines)
+        assert (F.silu in after) != through, (layout, after)
+        with torch.no_grad():
+            expected = block(x)
+        error = ((got - expected).norm() / expected.norm()).item()
+        assert error < 1e-6, f"{layout}: relative L2 {error:.3g}"
+
+
 def test_uuid_names_the_code_and_the_rule_and_enabling_chains():
     require()
     p = gt.inductor_pass()
