@@ -27,7 +27,10 @@ a convolution, a matrix product, attention or the graph's output: Inductor compu
 the kernel of the pointwise ops, pads and concatenations after it, so its GroupNorm reads x twice and writes once,
 where gnsilu's op would write its result and the fused kernel read it again (5 passes over the tensor against 3).
 Channels-last matches are replaced all the same: Inductor's channels-last GroupNorm took 5.4x a copy where gnsilu's
-took 2.3x (4x128x1024x1024 bf16), more than the extra pass.
+took 2.3x (4x128x1024x1024 bf16), more than the extra pass. Inputs below MIN_BYTES (1 MiB) are kept in either layout:
+gnsilu's op costs 20-30 us of host time a call from Python (tools/bench_host.py), more than its kernels take there,
+where Inductor launches its fused kernel from its compiled wrapper; SVD's temporal decoder (22 GroupNorms of 0.5 MiB)
+compiled with the swap took 2.02 -> 2.11 ms NCHW and 1.72 -> 3.45 ms channels-last, bound by host time.
 
 Caches: the pass runs before AOT autograd takes its key and before Inductor's FX graph cache does, so both key the
 graph as the pass left it: a graph compiled with another gnsilu's decisions has another key. The FX graph cache also
@@ -60,6 +63,7 @@ log = logging.getLogger("gnsilu.inductor")
 # The rule's constants (part of uuid()). READER_RULE False replaces channel-major matches whatever reads them (to time
 # what the reader rule keeps).
 NCHW_MAX_BYTES = 512 << 20
+MIN_BYTES = 1 << 20
 MIN_GROUPS = 2
 READER_RULE = True
 _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -157,6 +161,9 @@ def decide(x, num_groups, activation, padded):
         return False, f"its input has {len(shape)} dimensions"
     layout = layout_of(shape, strides)
     nbytes = x.numel() * x.element_size()
+    if nbytes < MIN_BYTES:
+        return False, (f"{nbytes >> 10} KiB: below {MIN_BYTES >> 20} MiB a call's host time (gnsilu's op from Python) "
+                       f"outweighs its kernels, where Inductor launches its own from its compiled wrapper")
     if layout is None:
         layout = _strided_order(x)
         if layout is None:
@@ -201,7 +208,7 @@ class GnsiluPass:
 
     def uuid(self):
         text = inspect.getsource(inspect.getmodule(GnsiluPass))
-        text += f"|{NCHW_MAX_BYTES}|{MIN_GROUPS}|{READER_RULE}|{_DEVICE_TYPES}"
+        text += f"|{NCHW_MAX_BYTES}|{MIN_BYTES}|{MIN_GROUPS}|{READER_RULE}|{_DEVICE_TYPES}"
         from . import __version__
         return hashlib.sha256((text + "|" + __version__).encode()).hexdigest()
 

@@ -1440,8 +1440,12 @@ class TestInductorPass(unittest.TestCase):
         from gnsilu import _inductor_pass as ip
         p = ip.GnsiluPass()
         torch._dynamo.reset()
-        with torch._inductor.config.patch(pre_grad_custom_pass=p), torch.no_grad():
-            yield p
+        min_bytes, ip.MIN_BYTES = ip.MIN_BYTES, 0  # the cases' tensors are below it (under 1 MiB)
+        try:
+            with torch._inductor.config.patch(pre_grad_custom_pass=p), torch.no_grad():
+                yield p
+        finally:
+            ip.MIN_BYTES = min_bytes
         torch._dynamo.reset()
 
     def test_replaced_group_norms_give_the_eager_bits(self):

@@ -79,8 +79,9 @@ def compiled_with_pass():
     """Inductor with gnsilu's pass (a CapturingPass) taking CPU tensors."""
     p = CapturingPass()
     torch._dynamo.reset()
-    with mock.patch.object(ip, "_DEVICE_TYPES", ("cpu",)), torch._inductor.config.patch(pre_grad_custom_pass=p), \
-            torch.no_grad():
+    # The tests' tensors are small: MIN_BYTES off, except where a test sets it.
+    with mock.patch.object(ip, "_DEVICE_TYPES", ("cpu",)), mock.patch.object(ip, "MIN_BYTES", 0), \
+            torch._inductor.config.patch(pre_grad_custom_pass=p), torch.no_grad():
         yield p
     torch._dynamo.reset()
 
@@ -143,9 +144,10 @@ def test_matches_replaced_ops_gone_numerics_kept():
 
 
 def test_decisions_follow_the_rule_and_say_why():
-    """decide() on fake CUDA tensors: channels-last replaced at any size; channel-major replaced below
-    NCHW_MAX_BYTES with at least MIN_GROUPS groups, kept above or with one group; CPU tensors, float64 and tensors
-    in neither layout kept; each with its reason. Through the pass: a kept match is logged and left as it was."""
+    """decide() on fake CUDA tensors: below MIN_BYTES kept in either layout; channels-last replaced from there;
+    channel-major replaced below NCHW_MAX_BYTES with at least MIN_GROUPS groups, kept above or with one group; CPU
+    tensors, float64 and tensors in neither layout kept; each with its reason. Through the pass: a kept match is
+    logged and left as it was."""
     require()
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode():
@@ -158,6 +160,9 @@ def test_decisions_follow_the_rule_and_say_why():
             (small, 1, False, "1 group"),
             (small.to(torch.float64), 32, False, "torch.float64"),
             (small.transpose(2, 3), 32, False, "neither layout"),
+            (torch.empty(4, 64, 32, 32, dtype=torch.bfloat16, device="cuda"), 32, False, "512 KiB: below 1 MiB"),
+            (torch.empty(4, 64, 32, 32, dtype=torch.bfloat16, device="cuda").to(memory_format=torch.channels_last),
+             32, False, "512 KiB: below 1 MiB"),
             (torch.empty(1, 32, 8, 8, device="cpu"), 8, False, "on cpu"),
             # A (1, C, T, H, W) video's frames as a batch (a view: "channels first" order), from 16 MiB.
             (frames(torch.empty(1, 128, 8, 128, 128, dtype=torch.bfloat16, device="cuda")), 32, True,
@@ -358,6 +363,8 @@ def test_uuid_names_the_code_and_the_rule_and_enabling_chains():
     with mock.patch.object(ip, "NCHW_MAX_BYTES", 1 << 20):
         assert p.uuid() != first
     with mock.patch.object(ip, "MIN_GROUPS", 4):
+        assert p.uuid() != first
+    with mock.patch.object(ip, "MIN_BYTES", 0):
         assert p.uuid() != first
     with mock.patch.object(ip, "READER_RULE", False):
         assert p.uuid() != first
