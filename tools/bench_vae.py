@@ -410,7 +410,6 @@ class PassDecisions:
 
     def __enter__(self):
         if self.enabled:
-            import logging
             import torch._inductor.config as inductor_config
             import gnsilu.torch as gt
             from gnsilu import _inductor_pass
@@ -419,23 +418,15 @@ class PassDecisions:
             _inductor_pass.READER_RULE = not self.all_readers
             inductor_config.pre_grad_custom_pass = None
             gt.enable_inductor_pass()
-            lines = self.lines
-
-            class Collect(logging.Handler):
-                def emit(self, record):
-                    lines.append(record.getMessage())
-            self.handler, self.log = Collect(level=logging.INFO), logging.getLogger("gnsilu.inductor")
-            self.level = self.log.level
-            self.log.setLevel(logging.INFO)
-            self.log.addHandler(self.handler)
+            self.logged = _inductor_pass.logged_decisions()
+            self.lines = self.logged.__enter__()
         return self
 
     def __exit__(self, *exc):
         if self.enabled:
             self.config.pre_grad_custom_pass = self.before
             self.rules.READER_RULE = self.rule_before
-            self.log.removeHandler(self.handler)
-            self.log.setLevel(self.level)
+            self.logged.__exit__(*exc)
         return False
 
     def summary(self):

@@ -20,7 +20,6 @@ Skipped).
 import argparse
 import collections
 import json
-import logging
 import os
 import re
 import sys
@@ -35,15 +34,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 DEFAULT_CASES = ("flux-1024,hunyuan-video,hunyuan-image,cogvideox,mochi,magvit,kvae-video,cosmos,svd,allegro")
 
 
-class _Lines(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-
 def census(torch, bench_vae, inductor_pass, case, dtype, hunyuan_latent):
     """{"counts": the pass's counts, "decisions": [(verdict, match, reason, n)], "shapes": {shape: n}} for a case."""
     args = types.SimpleNamespace(device="cpu", full_size=True, hunyuan_latent=hunyuan_latent)
@@ -53,22 +43,13 @@ def census(torch, bench_vae, inductor_pass, case, dtype, hunyuan_latent):
     with torch.no_grad():
         gm, _ = torch._dynamo.export(lambda v: bench_vae.decode_with(case, vae, v, extra),
                                      assume_static_by_default=True)(z)
-    handler = _Lines()
-    logger = logging.getLogger("gnsilu.inductor")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        p = inductor_pass.GnsiluPass()
-        with mock.patch.object(inductor_pass, "_DEVICE_TYPES", ("cpu",)):
-            start = time.perf_counter()
-            p(gm.graph)
-            pass_ms = (time.perf_counter() - start) * 1e3
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    p = inductor_pass.GnsiluPass()
+    with inductor_pass.logged_decisions() as lines, mock.patch.object(inductor_pass, "_DEVICE_TYPES", ("cpu",)):
+        start = time.perf_counter()
+        p(gm.graph)
+        pass_ms = (time.perf_counter() - start) * 1e3
     decisions, shapes = collections.Counter(), collections.Counter()
-    for line in handler.lines:
+    for line in lines:
         m = re.match(r"gnsilu\.inductor: (replaced|kept) (.*?) of (\(.*?\)|\?)(?: \(\w+\))?: (.*)", line)
         if m is None:
             continue

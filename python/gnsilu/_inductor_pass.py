@@ -47,6 +47,7 @@ kept (the padded op takes no such input, and Inductor computes the pad in its Gr
 copies (a batch of videos), the op takes the copy. What the pass does to each decode of tools/bench_vae.py, without a
 GPU: tools/pass_census.py. Not yet: the rule is not yet calibrated on the GPU per match kind.
 """
+import contextlib
 import hashlib
 import inspect
 import logging
@@ -366,3 +367,22 @@ def enable_inductor_pass():
 def last_counts():
     """What the pass did to the last graph it saw: replaced, kept, padded, input_bias."""
     return dict(inductor_pass().counts)
+
+
+@contextlib.contextmanager
+def logged_decisions():
+    """The pass's decisions made inside the block, as the list of their log lines (logger "gnsilu.inductor", taken at
+    info level for the block whatever its level)."""
+    lines = []
+
+    class _Lines(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+    handler, level = _Lines(logging.INFO), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)

@@ -7,7 +7,6 @@ the pass together, its uuid and the cache keys. Needs PyTorch (skipped without).
     PYTHONPATH=python python3 python/tests/test_inductor_pass.py
 """
 import contextlib
-import logging
 import os
 import sys
 import tempfile
@@ -93,27 +92,9 @@ def gnsilu_ops(targets):
     return sum(1 for t in targets if any(t is op for op in ops))
 
 
-class LogLines(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-
-@contextlib.contextmanager
 def logged():
-    handler = LogLines()
-    logger = logging.getLogger("gnsilu.inductor")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield handler.lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    """The pass's log lines while the block runs."""
+    return ip.logged_decisions()
 
 
 def test_matches_replaced_ops_gone_numerics_kept():
