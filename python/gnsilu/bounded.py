@@ -37,7 +37,10 @@ one block to copy); the host bytes that takes at its peak. A budget below the sm
 everything else on the host) is refused before any work with the smallest budget that works, as is a host need above
 max_host_bytes. Where the model says the whole decode fits max_gpu_bytes, decode() is vae.decode() itself over the whole
 tensor (diffusers' tiling and HunyuanVideo's decoding by groups of frames turned off for the call: either would give
-each tile or group of frames its own statistics). The model's weights are not counted in the budget.
+each tile or group of frames its own statistics). The model's weights are not counted in the budget; on a CUDA device
+the memory it uses outside PyTorch's allocator when the plan is made (CUDA's context and the libraries' modules, other
+processes: cudaMemGetInfo's used memory less the allocator's reserved bytes) is, so that the device's used memory stays
+within the budget besides the weights (Plan.outside_bytes; a budget not above it is refused).
 """
 import contextlib
 import dataclasses
@@ -130,10 +133,13 @@ class Plan:
     layers: list
     activations: dict
     slabs: int  # slabs in all (the progress bar's total)
+    outside_bytes: int = 0  # the device's memory outside PyTorch's allocator when planned, taken from the budget
 
     def __str__(self):
         gib = 1 << 30
-        lines = [f"gnsilu.bounded plan for max_gpu_bytes={self.max_gpu_bytes / gib:.2f} GiB: "
+        outside = (f" ({self.outside_bytes / gib:.2f} GiB of it CUDA's own, outside PyTorch's allocator)"
+                   if self.outside_bytes else "")
+        lines = [f"gnsilu.bounded plan for max_gpu_bytes={self.max_gpu_bytes / gib:.2f} GiB{outside}: "
                  + ("the whole decode (vae.decode), estimated peak "
                     f"{self.plain_gpu_bytes / gib:.2f} GiB besides the weights" if self.plain else
                     f"layer by layer, {len(self.layers)} layers, {self.slabs} slabs; GPU "
@@ -571,15 +577,20 @@ def _plain_bytes(layers, acts):
     return peak
 
 
-def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes, recompute=True):
+def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes, recompute=True, outside=0):
     b = _layers(vae, tuple(shape), dtype)
+    budget = max_gpu_bytes - outside  # what the decode's own allocations may take
+    if budget <= 0:
+        raise ValueError(f"gnsilu.bounded: max_gpu_bytes={max_gpu_bytes} is not above the {outside} bytes "
+                         f"({outside / (1 << 30):.2f} GiB) the device already uses outside PyTorch's allocator (CUDA's "
+                         f"context and libraries, other processes), which the budget counts")
     layers, acts = b.layers, b.acts
     plain_bytes = _plain_bytes(layers, acts)
-    if plain_bytes <= max_gpu_bytes:
+    if plain_bytes <= budget:
         for a in acts.values():
             a.where = "gpu"
-        return Plan(max_gpu_bytes, True, plain_bytes, plain_bytes, 0, layers, acts, 0)
-    share = int(_SLAB_SHARE * max_gpu_bytes)
+        return Plan(max_gpu_bytes, True, plain_bytes, plain_bytes, 0, layers, acts, 0, outside)
+    share = int(_SLAB_SHARE * budget)
     for layer in layers:
         if layer.kind == "whole":
             continue
@@ -594,40 +605,42 @@ def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes, recompute=True)
     # which costs less than copying the tensor out and back over PCIe), else to the host.
     movable = sorted((a for a in acts.values() if a.made_by >= 0 and a.name != layers[-1].output),
                      key=lambda a: (-a.bytes, not (recompute and a.recomputable)))
-    gpu, host = _peaks(layers, acts, max_gpu_bytes)
+    gpu, host = _peaks(layers, acts, budget)
     for a in movable:
-        if gpu <= max_gpu_bytes:
+        if gpu <= budget:
             break
         if any(layers[i].kind == "whole" and a.name in (layers[i].inputs + [layers[i].output])
                for i in range(len(layers))):
             continue  # the attention's tensors stay on the GPU
         a.where = "recomputed" if recompute and a.recomputable else "host"
-        gpu, host = _peaks(layers, acts, max_gpu_bytes)
+        gpu, host = _peaks(layers, acts, budget)
     # Then the slabs shrink where the GPU is still over; where that is not enough, a recomputed activation (whose
     # layer adds its working set to its reader's) goes to the host instead, the one whose reader works widest first.
     while True:
-        while gpu > max_gpu_bytes:
+        while gpu > budget:
             widest = max((layer for layer in layers if layer.kind != "whole" and layer.rows > _MIN_ROWS),
                          key=lambda layer: _slab_bytes(layer, acts, layer.rows), default=None)
             if widest is None:
                 break
             widest.rows = max(_MIN_ROWS, widest.rows // 2)
-            gpu, host = _peaks(layers, acts, max_gpu_bytes)
+            gpu, host = _peaks(layers, acts, budget)
         recomputed = [a for a in acts.values() if a.where == "recomputed"]
-        if gpu <= max_gpu_bytes or not recomputed:
+        if gpu <= budget or not recomputed:
             break
         max(recomputed, key=lambda a: _slab_bytes(a.consumer, acts, a.consumer.rows)).where = "host"
-        gpu, host = _peaks(layers, acts, max_gpu_bytes)
-    if gpu > max_gpu_bytes:
-        least = _smallest_budget(gpu - _reserve(max_gpu_bytes))
+        gpu, host = _peaks(layers, acts, budget)
+    if gpu > budget:
+        least = _smallest_budget(gpu - _reserve(budget)) + outside
         raise ValueError(f"gnsilu.bounded: max_gpu_bytes={max_gpu_bytes} is below what this decode needs with "
                          f"{_MIN_ROWS} rows a slab and every activation it can move in host memory: max_gpu_bytes="
-                         f"{least} ({least / (1 << 30):.2f} GiB) at least, besides the model's weights")
+                         f"{least} ({least / (1 << 30):.2f} GiB) at least, besides the model's weights"
+                         + (f" ({outside} bytes of it the device's memory outside PyTorch's allocator)" if outside
+                            else ""))
     if max_host_bytes is not None and host > max_host_bytes:
         raise ValueError(f"gnsilu.bounded: this decode in max_gpu_bytes={max_gpu_bytes} needs {host} bytes "
                          f"({host / (1 << 30):.2f} GiB) of pinned host memory, above max_host_bytes={max_host_bytes}")
     slabs = sum(-(-acts[layer.output].shape[-2] // layer.rows) for layer in layers if layer.kind != "whole")
-    return Plan(max_gpu_bytes, False, plain_bytes, gpu, host, layers, acts, slabs)
+    return Plan(max_gpu_bytes, False, plain_bytes, gpu, host, layers, acts, slabs, outside)
 
 
 def plan(vae, latents, max_gpu_bytes, *, max_host_bytes=None, recompute=True):
@@ -636,16 +649,29 @@ def plan(vae, latents, max_gpu_bytes, *, max_host_bytes=None, recompute=True):
     tensor (or a torch.Size / tuple with the dtype of the vae's parameters). recompute=False keeps every activation
     that leaves the GPU in host memory (for a GPU whose convolutions are slower than its link). Raises ValueError,
     naming the argument, for a budget below the smallest working set or a host need above max_host_bytes, and for a
-    model it cannot run layer by layer (naming the module)."""
+    model it cannot run layer by layer (naming the module). On CUDA, the device's memory outside PyTorch's allocator
+    at this call is taken from the budget (Plan.outside_bytes), so a plan made before other work on the device may
+    differ from decode()'s."""
     _check_bytes(max_gpu_bytes, "max_gpu_bytes")
     _check_bytes(max_host_bytes, "max_host_bytes", allow_none=True)
     if not isinstance(recompute, bool):
         raise ValueError(f"gnsilu.bounded: recompute must be True or False, got {recompute!r}")
     if isinstance(latents, torch.Tensor):
-        shape, dtype = tuple(latents.shape), latents.dtype
+        shape, dtype, device = tuple(latents.shape), latents.dtype, latents.device
     else:
-        shape, dtype = tuple(latents), next(vae.parameters()).dtype
-    return _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes, recompute)
+        parameter = next(vae.parameters())
+        shape, dtype, device = tuple(latents), parameter.dtype, parameter.device
+    return _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes, recompute, _outside_allocator_bytes(device))
+
+
+def _outside_allocator_bytes(device):
+    """The memory a CUDA device uses outside PyTorch's caching allocator (CUDA's context, the libraries' modules and
+    handles, other processes), from cudaMemGetInfo: the budget counts it, so that the device's used memory stays
+    within max_gpu_bytes besides the weights. 0 off CUDA."""
+    if device.type != "cuda":
+        return 0
+    free, total = torch.cuda.mem_get_info(device)
+    return max(0, (total - free) - torch.cuda.memory_reserved(device))
 
 
 # ---- the decode ------------------------------------------------------------------------------------------------------

@@ -371,6 +371,51 @@ def test_progress_bar():
             assert len(bars) == 1, "a bar with progress=False, or for the plain decode"
 
 
+def test_memory_outside_the_allocator_is_taken_from_the_budget():
+    """On CUDA the plan counts the device's memory outside PyTorch's allocator (CUDA's context, libraries) within
+    max_gpu_bytes: a budget B with D bytes outside plans as B - D with none, the smallest budget it names grows by
+    D, and a budget not above D is refused naming both. Here the device's measure is mocked (CPU tensors)."""
+    require()
+    with cpu_reference():
+        name, vae, z = _models()[0]
+        top = gb.plan(vae, z, 1 << 40)
+        assert top.outside_bytes == 0
+        budget, outside = top.plain_gpu_bytes // 3, top.plain_gpu_bytes // 12
+        plain = gb.plan(vae, z, budget - outside)
+        with mock.patch.object(gb, "_outside_allocator_bytes", return_value=outside):
+            p = gb.plan(vae, z, budget)
+            assert p.outside_bytes == outside and p.max_gpu_bytes == budget
+            assert "CUDA's own" in str(p), str(p)
+            assert (p.gpu_bytes, p.host_bytes, p.slabs) == (plain.gpu_bytes, plain.host_bytes, plain.slabs)
+            assert [a.where for a in p.activations.values()] == [a.where for a in plain.activations.values()]
+            assert [layer.rows for layer in p.layers] == [layer.rows for layer in plain.layers]
+            # The whole decode fits only where it fits besides the outside bytes.
+            assert not gb.plan(vae, z, top.plain_gpu_bytes + outside - 1).plain
+            assert gb.plan(vae, z, top.plain_gpu_bytes + outside).plain
+            for small in (outside, outside // 2):
+                try:
+                    gb.plan(vae, z, small)
+                    raise AssertionError(f"max_gpu_bytes={small} with {outside} bytes outside was taken")
+                except ValueError as e:
+                    assert f"max_gpu_bytes={small} is not above the {outside} bytes" in str(e), e
+        smallest = []
+        for extra in (0, outside):
+            with mock.patch.object(gb, "_outside_allocator_bytes", return_value=extra):
+                try:
+                    gb.plan(vae, z, outside + 1000)
+                    raise AssertionError("a budget 1000 bytes above the outside bytes was taken")
+                except ValueError as e:
+                    smallest.append(int(str(e).split("max_gpu_bytes=")[2].split(" ")[0]))
+        assert smallest[1] == smallest[0] + outside, smallest
+        with mock.patch.object(gb, "_outside_allocator_bytes", return_value=outside):
+            assert not gb.plan(vae, z, smallest[1]).plain
+            try:
+                gb.plan(vae, z, smallest[1] - 1)
+                raise AssertionError("a budget below the smallest named was taken")
+            except ValueError:
+                pass
+
+
 def load_tests(loader, tests, pattern):
     return function_tests.load_tests_of(globals())
 
