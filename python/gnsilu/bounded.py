@@ -40,7 +40,8 @@ tensor (diffusers' tiling and HunyuanVideo's decoding by groups of frames turned
 each tile or group of frames its own statistics). The model's weights are not counted in the budget; on a CUDA device
 the memory it uses outside PyTorch's allocator when the plan is made (CUDA's context and the libraries' modules, other
 processes: cudaMemGetInfo's used memory less the allocator's reserved bytes) is, so that the device's used memory stays
-within the budget besides the weights (Plan.outside_bytes; a budget not above it is refused).
+within the budget besides the weights (Plan.outside_bytes; a budget not above it is refused with the smallest that
+works).
 """
 import contextlib
 import dataclasses
@@ -579,11 +580,9 @@ def _plain_bytes(layers, acts):
 
 def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes, recompute=True, outside=0):
     b = _layers(vae, tuple(shape), dtype)
-    budget = max_gpu_bytes - outside  # what the decode's own allocations may take
-    if budget <= 0:
-        raise ValueError(f"gnsilu.bounded: max_gpu_bytes={max_gpu_bytes} is not above the {outside} bytes "
-                         f"({outside / (1 << 30):.2f} GiB) the device already uses outside PyTorch's allocator (CUDA's "
-                         f"context and libraries, other processes), which the budget counts")
+    # What the decode's own allocations may take (at least 1 byte, so that a budget not above `outside` is refused
+    # below with the smallest budget that works).
+    budget = max(1, max_gpu_bytes - outside)
     layers, acts = b.layers, b.acts
     plain_bytes = _plain_bytes(layers, acts)
     if plain_bytes <= budget:
@@ -634,8 +633,8 @@ def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes, recompute=True,
         raise ValueError(f"gnsilu.bounded: max_gpu_bytes={max_gpu_bytes} is below what this decode needs with "
                          f"{_MIN_ROWS} rows a slab and every activation it can move in host memory: max_gpu_bytes="
                          f"{least} ({least / (1 << 30):.2f} GiB) at least, besides the model's weights"
-                         + (f" ({outside} bytes of it the device's memory outside PyTorch's allocator)" if outside
-                            else ""))
+                         + (f" ({outside} bytes of it the device's memory outside PyTorch's allocator: CUDA's context "
+                            "and libraries, other processes)" if outside else ""))
     if max_host_bytes is not None and host > max_host_bytes:
         raise ValueError(f"gnsilu.bounded: this decode in max_gpu_bytes={max_gpu_bytes} needs {host} bytes "
                          f"({host / (1 << 30):.2f} GiB) of pinned host memory, above max_host_bytes={max_host_bytes}")
