@@ -34,8 +34,8 @@ gnsilu.bounded in --max-gpu-bytes, for decodes whose float32 whole decode does n
 device's used memory at its peak during the timed decodes (torch.cuda.mem_get_info every millisecond, from a thread:
 what nvidia-smi shows, the CUDA context and every library's allocations included) and the allocator's reserved peak
 (a budgeted decode on a large card leaves the caching allocator free to keep its cache: with --cap-bounded its +bounded
-rows run with the allocator capped at what the process held before the row plus --max-gpu-bytes, as on a card of
-that size), and unless --no-profile a kernel-time breakdown of one
+rows run with the allocator capped at what the process held before the row plus --max-gpu-bytes less the device's
+memory outside the allocator, as on a card of that size), and unless --no-profile a kernel-time breakdown of one
 decode from torch.profiler (ms a decode): convolutions, cuDNN's layout transposes, PyTorch / Inductor GroupNorm,
 gnsilu, attention, matrix products, elementwise and other kernels, then the elementwise kernels that took the most
 time, by short name (PyTorch's functor, e.g. CUDAFunctor_add for residual additions, or Inductor's fused kernel
@@ -296,11 +296,14 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
     capped = "+bounded" in mode and args.cap_bounded and args.device == "cuda"
     if capped:
         # As on a card of that size: the caching allocator may hold what the caller holds now (weights, latents) plus
-        # the budget, and must free its cache rather than grow beyond (torch.cuda.set_per_process_memory_fraction).
+        # the budget less the device's memory outside the allocator (CUDA's context and libraries, which a card of
+        # that size holds too), and must free its cache rather than grow beyond
+        # (torch.cuda.set_per_process_memory_fraction).
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
-        total = torch.cuda.get_device_properties(0).total_memory
-        cap = torch.cuda.memory_allocated() + args.max_gpu_bytes
+        free, total = torch.cuda.mem_get_info()
+        outside = max(0, (total - free) - torch.cuda.memory_reserved())
+        cap = torch.cuda.memory_allocated() + args.max_gpu_bytes - outside
         torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total))
     try:
         row = _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plain_decode, extra, case)
@@ -499,7 +502,8 @@ def main():
                         help="poll the device's used memory during the timed decodes (a thread, every ms)")
     parser.add_argument("--cap-bounded", action="store_true",
                         help="modes with +bounded: PyTorch's caching allocator capped at what is held before the "
-                             "row plus --max-gpu-bytes, as on a card of that size (its cache freed, not grown)")
+                             "row plus --max-gpu-bytes less the device's memory outside it (CUDA's context), as on a "
+                             "card of that size (its cache freed, not grown)")
     parser.add_argument("--exact-bounded", action="store_true",
                         help="the float32 reference decoded by gnsilu.bounded within --max-gpu-bytes (swapped model)")
     parser.add_argument("--slab-bytes", type=int, default=512 << 20,
