@@ -241,19 +241,6 @@ __device__ constexpr int vectors_per_step() {
   return tight && EPL / kVec > 2 ? 2 : EPL / kVec;
 }
 
-// The elements of an fp16 output vector that estimate_values left undecided, written again with silu32 after the
-// vector's store (a thread's later store to an address wins): one element a round, lowest first. y + i is the
-// vector's first element; rc_of(e) gives element e's constants for any e (no indexing of a register array).
-template <int XT, int YT, typename RcOf>
-__device__ __forceinline__ void patch_undecided(unsigned undecided, const RawVector<XT>& raw, RcOf rc_of, void* y,
-                                                i64 i) {
-  while (undecided != 0) {
-    const int e = __ffs(static_cast<int>(undecided)) - 1;
-    undecided &= undecided - 1;
-    store_element<YT>(y, i + e, silu32(preactivation(element_of<XT>(raw, e), rc_of(e))));
-  }
-}
-
 // The vectorized part of apply_row. BIAS: the row's input bias is added to x (the loop is instantiated twice, so that
 // a call without a bias runs the loop it ran before the bias existed).
 template <int XT, int YT, int ACT, int THREADS, int EPL, bool BIAS>
@@ -283,17 +270,10 @@ __device__ __forceinline__ void apply_row_vectors(const Params& p, i64 begin, i6
         if constexpr (BIAS) raw[q] = add_raw<XT>(raw[q], bias);
         float v[kVec];
         unpack<XT>(raw[q], v);
-        if constexpr (YT == kFP16 && ACT == kSiLU) {
-          const unsigned undecided = estimate_values<YT>(v, same);
-          store_vector<YT>(p.y, at, v);
-          patch_undecided<XT, YT>(undecided, raw[q], same, p.y, at);
-        } else {
-          // For bf16 outputs, x again from its raw form in registers: the rare path runs often enough in some
-          // lane of a warp that reading x from memory instead measured 12% slower (PERFORMANCE.md, "The apply
-          // pass").
-          transform_values<YT, ACT, YT == kBF16>(v, same, [&](int e) { return element_of<XT>(raw[q], e); });
-          store_vector<YT>(p.y, at, v);
-        }
+        // For bf16 outputs, x again from its raw form in registers: the rare path runs often enough in some
+        // lane of a warp that reading x from memory instead measured 12% slower (PERFORMANCE.md, "The apply pass").
+        transform_values<YT, ACT, YT == kBF16>(v, same, [&](int e) { return element_of<XT>(raw[q], e); });
+        store_vector<YT>(p.y, at, v);
       }
       raw[q] = next[q];
     }
@@ -331,12 +311,6 @@ __device__ __forceinline__ void cl_apply_pixels(const char* xs, char* ys, i64 be
   constexpr i64 kXBytes = XT == kFP32 ? 4 : 2, kYBytes = YT == kFP32 ? 4 : 2;
   const i64 step = next * kVecs;
   const auto per_channel = [&](int e) -> const RowConstants& { return rc[e]; };
-  const auto channel_at = [&](int e) {  // rc[e] for an e known only at run time, by selects
-    RowConstants r = rc[0];
-#pragma unroll
-    for (int k = 1; k < kVec; ++k) r = e == k ? rc[k] : r;
-    return r;
-  };
   RawVector<XT> raw[kVecs];
 #pragma unroll
   for (int q = 0; q < kVecs; ++q) {
@@ -354,14 +328,8 @@ __device__ __forceinline__ void cl_apply_pixels(const char* xs, char* ys, i64 be
         if constexpr (BIAS) raw[q] = add_raw<XT>(raw[q], bias);
         float v[kVec];
         unpack<XT>(raw[q], v);
-        if constexpr (YT == kFP16 && ACT == kSiLU) {
-          const unsigned undecided = estimate_values<YT>(v, per_channel);
-          store_vector<YT>(ys + q * next * kYBytes, 0, v);
-          patch_undecided<XT, YT>(undecided, raw[q], channel_at, ys + q * next * kYBytes, 0);
-        } else {
-          transform_values<YT, ACT, YT == kBF16>(v, per_channel, [&](int e) { return element_of<XT>(raw[q], e); });
-          store_vector<YT>(ys + q * next * kYBytes, 0, v);
-        }
+        transform_values<YT, ACT, YT == kBF16>(v, per_channel, [&](int e) { return element_of<XT>(raw[q], e); });
+        store_vector<YT>(ys + q * next * kYBytes, 0, v);
       }
       raw[q] = following[q];
     }

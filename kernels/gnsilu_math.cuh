@@ -607,27 +607,6 @@ __device__ __forceinline__ void transform_values(float (&v)[N], RcOf rc_of, XOf 
     }
   }
 }
-
-// The split path's apply for fp16 outputs: every element gets the estimate, and the returned mask names the elements
-// it does not decide, which the caller then writes again, one by one with silu32 (patch_undecided in
-// gnsilu_loops.cuh), after the vector's store. ~0.5% of fp16 elements are undecided, so most warps meet one in some
-// lane: transform_values' masked pass costs a warp one silu32 for each element slot undecided in any lane (about 1.2
-// of 8), the patch one for each round of its loop (the most undecided elements in one lane: almost always 1). The bits
-// are transform_values' (the same estimate, decision and silu32).
-template <int YT, int N, typename RcOf>
-__device__ __forceinline__ unsigned estimate_values(float (&v)[N], RcOf rc_of) {
-  static_assert(N <= 32, "undecided elements are a 32-bit mask");
-  static_assert(YT == kBF16 || YT == kFP16, "16-bit outputs only");
-  unsigned undecided = 0;
-#pragma unroll
-  for (int e = 0; e < N; ++e) {
-    const float pre = preactivation(v[e], rc_of(e));
-    const float f = silu_estimate(pre);
-    if (!silu16_decided<YT>(pre, f)) undecided |= 1u << e;
-    v[e] = f;
-  }
-  return undecided;
-}
 #endif
 
 }  // namespace math

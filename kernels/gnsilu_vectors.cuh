@@ -74,12 +74,9 @@ __device__ __forceinline__ void unpack(const RawVector<T>& r, float (&v)[kVec]) 
 template <int XT>
 __device__ __forceinline__ float element_of(const RawVector<XT>& r, int e) {
   if constexpr (XT == kFP32) {
-    const Raw16& h0 = r.q[0];  // selects, not an index: e may be known only at run time (patch_undecided)
-    const Raw16& h1 = r.q[1];
+    const Raw16& h = r.q[e / 4];
     const int k = e % 4;
-    const u32 w0 = k == 0 ? h0.a : k == 1 ? h0.b : k == 2 ? h0.c : h0.d;
-    const u32 w1 = k == 0 ? h1.a : k == 1 ? h1.b : k == 2 ? h1.c : h1.d;
-    return float_of(e < 4 ? w0 : w1);
+    return float_of(k == 0 ? h.a : k == 1 ? h.b : k == 2 ? h.c : h.d);
   } else {
     const int k = e / 2;
     const u32 w = k == 0 ? r.q[0].a : k == 1 ? r.q[0].b : k == 2 ? r.q[0].c : r.q[0].d;
