@@ -22,7 +22,9 @@ The layers (diffusers' classes; anything else is refused with the module's name)
   by frame without the dense causal mask: gnsilu.chunked._frame_causal_attention), HunyuanVideoResnetBlockCausal3D,
   HunyuanVideoUpsampleCausal3D, conv_norm_out + SiLU + conv_out.
 A resnet block is two layers (conv1 of its normalized input; then conv2 of conv1's normalized output plus the
-shortcut); the mid block's attention runs whole on the GPU (its tensor is the latent's size, times the channels).
+shortcut); the mid block's attention runs whole on the GPU (its tensor is the latent's size, times the channels), its
+queries in chunks of matrix products where its heads are wider than PyTorch's fused attention kernels take (the Flux
+VAE's 512: gnsilu.chunked._attention_by_query_chunks, within rounding of the module's own call).
 Modules swapped by gnsilu.torch (GroupNormSiLU, GroupNorm, PaddedInputConv, a convolution whose bias the swap moves)
 are taken as the modules they stand for: the plan reads their parameters, never their forwards.
 
@@ -70,6 +72,9 @@ _OVERLAP_COPIES = 1
 # (cuDNN's workspaces, the allocator's rounding).
 _SLAB_SHARE = 0.25
 _RESERVE_PERCENT = 10
+# The working set of the mid block's attention, in copies of its input: the normalized tokens, q, k, v, the output
+# before and after its projection, and a chunk of scores (_attention_run).
+_ATTENTION_COPIES = 7
 # The fewest rows a slab has (but for a tensor of one row): PyTorch's CPU convolutions round an output of one row
 # differently from the same row among others (1e-6), so one-row slabs would lose the whole decode's bits there.
 _MIN_ROWS = 2
@@ -368,6 +373,21 @@ def _hunyuan_upsample_run(module, source):
     return _Run(run, lambda d, r0, r1: [(source, *window(d, r0, r1)[4:])])
 
 
+def _attention_run(attn, source):
+    """The mid block's attention over the whole tensor. Heads wider than 256 on a CUDA device (the Flux VAE's 512,
+    for which PyTorch has no fused attention kernel) take their queries in chunks of matrix products
+    (gnsilu.chunked._attention_by_query_chunks: within rounding of attn's own call), with at most the input's bytes of
+    scores at a time; anything else is attn's own call."""
+    chunked = _chunked._frame_attention_plain(attn) and _chunked._wide_heads(attn)
+
+    def run(d):
+        x = d.whole(source)
+        if chunked and x.is_cuda:
+            return _chunked._attention_by_query_chunks(attn, x, x.numel() * x.element_size())
+        return attn(x)
+    return run
+
+
 def _layers_2d(vae, shape, dtype):
     """The layers of AutoencoderKL's decode (post_quant_conv, then its Decoder)."""
     from diffusers.models.resnet import ResnetBlock2D
@@ -409,8 +429,7 @@ def _layers_2d(vae, shape, dtype):
     x = resnet(mid.resnets[0], "mid_block.resnets.0", x)
     for i, (attn, res) in enumerate(zip(mid.attentions, mid.resnets[1:])):
         if attn is not None:
-            x = b.layer(f"mid_block.attentions.{i}", "whole", [x], b.acts[x].shape,
-                        lambda d, _a=attn, _x=x: _a(d.whole(_x)))
+            x = b.layer(f"mid_block.attentions.{i}", "whole", [x], b.acts[x].shape, _attention_run(attn, x))
         x = resnet(res, f"mid_block.resnets.{i + 1}", x)
     for u, block in enumerate(dec.up_blocks):
         _need(isinstance(block, UpDecoderBlock2D), f"decoder.up_blocks.{u}", type(block).__name__)
@@ -558,7 +577,7 @@ def _peaks(layers, acts, budget):
         resident = sum(a.bytes for a in live if a.where == "gpu")
         hosted = sum(a.bytes for a in live if a.where == "host")
         if layer.kind == "whole":
-            work = sum(acts[n].bytes for n in layer.inputs) * 4  # attention: q, k, v and its output
+            work = sum(acts[n].bytes for n in layer.inputs) * _ATTENTION_COPIES
         else:
             work = _slab_bytes(layer, acts, layer.rows)
         gpu = max(gpu, resident + work + _reserve(budget))
@@ -572,7 +591,7 @@ def _plain_bytes(layers, acts):
     for i, layer in enumerate(layers):
         live = sum(a.bytes for a in acts.values() if a.made_by <= i <= a.last_use)
         out = acts[layer.output]
-        work = (sum(acts[n].bytes for n in layer.inputs) * 4 if layer.kind == "whole"
+        work = (sum(acts[n].bytes for n in layer.inputs) * _ATTENTION_COPIES if layer.kind == "whole"
                 else _slab_bytes(layer, acts, out.shape[-2]))
         peak = max(peak, live + work)
     return peak

@@ -31,6 +31,7 @@ equal to the masked attention within rounding.
 """
 import contextlib
 import functools
+import math
 
 import torch
 import torch.nn.functional as F
@@ -420,6 +421,55 @@ def _frame_causal_attention(attn, tokens, frames):
     if attn.residual_connection:
         hidden = hidden + residual
     return hidden / attn.rescale_output_factor
+
+
+def _attention_by_query_chunks(attn, hidden_states, score_bytes):
+    """attn(hidden_states) for the self-attention of a (B, C, H, W) tensor (AttnProcessor2_0 with its group norm and
+    residual, as _frame_attention_plain checks: AutoencoderKL's mid block), its queries taken in chunks whose scores
+    hold at most about score_bytes. For CUDA tensors of 16 bits the scores are products of matrices kept in FP32
+    (torch.bmm's out_dtype), scaled and put through softmax in FP32, then rounded to the tensor's dtype for the
+    product with the values (FP32 sums): what a fused attention kernel computes, where PyTorch has none for heads wider
+    than 256 (the Flux VAE's single head of 512: scaled_dot_product_attention then takes a kernel several times slower
+    than these matrix products). Other tensors take the same steps in their own dtype. Equal to attn(hidden_states)
+    within rounding."""
+    batch, channels, height, width = hidden_states.shape
+    residual = hidden_states
+    tokens = hidden_states.reshape(batch, channels, height * width).transpose(1, 2)
+    normed = tokens if attn.group_norm is None else attn.group_norm(tokens.transpose(1, 2)).transpose(1, 2)
+    heads = attn.heads
+    query, key, value = attn.to_q(normed), attn.to_k(normed), attn.to_v(normed)
+    head_dim = key.shape[-1] // heads
+
+    def split(t):
+        return t.reshape(batch, -1, heads, head_dim).transpose(1, 2).reshape(batch * heads, -1, head_dim)
+    q, k, v = split(query), split(key), split(value)
+    del query, key, value
+    count = k.shape[1]
+    scale = 1.0 / math.sqrt(head_dim)
+    wide = q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+    # Bytes a row of queries takes: its scores and their softmax (FP32 for 16-bit tensors) and the rounded copy.
+    per_row = batch * heads * count * (8 + q.element_size() if wide else 2 * q.element_size())
+    rows = max(1, min(count, int(score_bytes) // per_row))
+    kt = k.transpose(1, 2)
+    out = torch.empty_like(q)
+    for lo in range(0, q.shape[1], rows):
+        hi = min(q.shape[1], lo + rows)
+        scores = torch.bmm(q[:, lo:hi], kt, out_dtype=torch.float32) if wide else torch.bmm(q[:, lo:hi], kt)
+        probs = torch.softmax(scores.mul_(scale), -1)
+        del scores
+        out[:, lo:hi] = torch.bmm(probs.to(v.dtype), v)
+        del probs
+    hidden = out.reshape(batch, heads, -1, head_dim).transpose(1, 2).reshape(batch, -1, heads * head_dim)
+    hidden = attn.to_out[1](attn.to_out[0](hidden))
+    hidden = hidden.transpose(-1, -2).reshape(batch, channels, height, width)
+    if attn.residual_connection:
+        hidden = hidden + residual
+    return hidden / attn.rescale_output_factor
+
+
+def _wide_heads(attn):
+    """Whether attn's heads are wider than scaled_dot_product_attention's fused kernels take (256)."""
+    return attn.to_k.out_features // attn.heads > 256
 
 
 def _hunyuan_mid_plain(block):

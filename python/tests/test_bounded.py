@@ -381,7 +381,7 @@ def test_memory_outside_the_allocator_is_taken_from_the_budget():
         name, vae, z = _models()[0]
         top = gb.plan(vae, z, 1 << 40)
         assert top.outside_bytes == 0
-        budget, outside = top.plain_gpu_bytes // 3, top.plain_gpu_bytes // 12
+        budget, outside = top.plain_gpu_bytes // 2, top.plain_gpu_bytes // 16
         plain = gb.plan(vae, z, budget - outside)
         with mock.patch.object(gb, "_outside_allocator_bytes", return_value=outside):
             p = gb.plan(vae, z, budget)

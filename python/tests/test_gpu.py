@@ -1365,6 +1365,36 @@ class TestInputBias(SeededCuda, unittest.TestCase):
 class TestBoundedDecode(SeededCuda, unittest.TestCase):
     """gnsilu.bounded on the device (python/tests/test_bounded.py holds the CPU tests: plans, refusals, bits)."""
 
+    def test_attention_by_query_chunks_within_rounding(self):
+        """The mid block's attention with a head of 512 (the Flux VAE's), as gnsilu.bounded takes it on the device:
+        queries in chunks of matrix products with FP32 scores and softmax (gnsilu.chunked._attention_by_query_chunks).
+        In bf16 and fp16 its distance to the float64 attention is within 1.5x that of the module's own call
+        (scaled_dot_product_attention), with one chunk and with several."""
+        try:
+            from diffusers.models.attention_processor import Attention
+        except ImportError:
+            self.skipTest("diffusers is not installed")
+        import gnsilu.chunked as gc
+        torch.manual_seed(30)
+        attn = Attention(512, heads=1, dim_head=512, rescale_output_factor=1.0, eps=1e-6, norm_num_groups=32,
+                         residual_connection=True, bias=True, upcast_softmax=True,
+                         _from_deprecated_attn_block=True).to(self.device).eval()
+        self.assertTrue(gc._frame_attention_plain(attn) and gc._wide_heads(attn))
+        x = self.randn(1, 512, 48, 40, generator=self.generator(31)) * 2 + 0.5
+        with torch.inference_mode():
+            truth = attn.double()(x.double())
+            for dtype in (torch.bfloat16, torch.float16):
+                model, xd = attn.to(dtype), x.to(dtype)
+                own = relative_l2(model(xd).double(), truth)
+                tokens = 48 * 40
+                for score_bytes in (tokens * tokens * 10, tokens * 10 * 100):  # one chunk; chunks of 100 rows
+                    chunked = gc._attention_by_query_chunks(model, xd, score_bytes)
+                    self.assertEqual(chunked.dtype, dtype)
+                    error = relative_l2(chunked.double(), truth)
+                    self.assertLessEqual(error, 1.5 * own, f"{dtype}, {score_bytes} bytes: {error:.3g} vs {own:.3g}")
+                    SUMMARY.append(("bd", f"attention by query chunks, {dtype}, {score_bytes} score bytes",
+                                    f"relative L2 to float64 {error:.2e} (the module's own {own:.2e})"))
+
     def test_bounded_decode_in_a_gpu_budget(self):
         """gnsilu.bounded on the device: a Flux-style AutoencoderKL (swapped, bf16, both layouts) decoded within
         budgets from a third of the whole decode's down to the smallest that works: within rounding of the whole

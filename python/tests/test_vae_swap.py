@@ -771,6 +771,33 @@ def test_frame_causal_attention_without_the_mask():
                 assert _relative_l2(framed[:, :, f], whole[:, :, f]) < 1e-13, f"frame {f}"
 
 
+def test_attention_by_query_chunks():
+    """The mid block attention of AutoencoderKL (diffusers' Attention: one head as wide as the channels, its group
+    norm, the residual) computed with its queries in chunks of matrix products (gnsilu.chunked's
+    _attention_by_query_chunks, which gnsilu.bounded takes on CUDA for heads wider than 256) equals the module's own
+    call within FP64 rounding, for chunks of one row, of several and of all, one and two samples, one and two heads."""
+    require()
+    from diffusers.models.attention_processor import Attention
+    import gnsilu.chunked as gc
+    with one_thread(), torch.no_grad():
+        for channels, heads, batch in ((64, 1, 1), (64, 2, 2), (32, 1, 2)):
+            torch.manual_seed(0)
+            attn = Attention(channels, heads=heads, dim_head=channels // heads, rescale_output_factor=1.0, eps=1e-6,
+                             norm_num_groups=8, residual_connection=True, bias=True, upcast_softmax=True,
+                             _from_deprecated_attn_block=True).eval().double()
+            assert gc._frame_attention_plain(attn) and not gc._wide_heads(attn)
+            x = torch.randn(batch, channels, 5, 7, dtype=torch.float64) * 2 + 0.5
+            whole = attn(x)
+            per_row = batch * heads * 35 * 16  # the function's bytes a query row (FP64 scores and softmax)
+            for rows in (1, 3, 35):
+                chunked = gc._attention_by_query_chunks(attn, x, rows * per_row)
+                error = _relative_l2(chunked, whole)
+                assert chunked.shape == whole.shape and error < 1e-14, (channels, heads, batch, rows, error)
+        wide = Attention(512, heads=1, dim_head=512, norm_num_groups=32, residual_connection=True,
+                         _from_deprecated_attn_block=True)
+        assert gc._wide_heads(wide), "a head of 512 is not taken for wide"
+
+
 def test_slabs_hunyuan_resnet_blocks_without_whole_norm_outputs():
     """A swapped AutoencoderKLHunyuanVideo: its HunyuanVideoResnetBlockCausal3Ds run conv1 and conv2 in slabs whose
     input rows are normalized with the whole tensor's records and padded as the causal convolution pads (replicate:
