@@ -43,7 +43,8 @@ each tile or group of frames its own statistics). The model's weights are not co
 the memory it uses outside PyTorch's allocator when the plan is made (CUDA's context and the libraries' modules, other
 processes: cudaMemGetInfo's used memory less the allocator's reserved bytes) is, so that the device's used memory stays
 within the budget besides the weights (Plan.outside_bytes; a budget not above it is refused with the smallest that
-works).
+works). The plan bounds what the decode allocates; on a card larger than the budget PyTorch's caching allocator may
+keep freed blocks beyond it unless capped (torch.cuda.set_per_process_memory_fraction).
 """
 import contextlib
 import dataclasses
