@@ -7,7 +7,8 @@
 # decodes, decodes-large and pass need diffusers: carry its wheel and importlib_metadata's in .whl/ (installed into
 # /tmp/gnsilu-site). pass takes its cases from GNSILU_PASS_CASES (default flux-512,flux-1024,hunyuan-video), its modes
 # from GNSILU_PASS_MODES (compile,compile+pass,compile+gnsilu; compile+pass+allreaders times the pass without its reader
-# rule) and its layouts from GNSILU_PASS_LAYOUTS (nchw,channels_last).
+# rule) and its layouts from GNSILU_PASS_LAYOUTS (nchw,channels_last); GNSILU_PASS_APART=1 runs each mode in a process
+# of its own (compile times).
 # Exit status: 1 when any step failed (a step that exits 77 counts as skipped, not failed), 2 for an unknown step.
 set -u
 build=${1:-build}
@@ -180,14 +181,23 @@ if [ "$what" = decodes-large ]; then
 fi
 if [ "$what" = pass ]; then
   # torch.compile alone, with gnsilu's Inductor pass, and with the swap (gnsilu.torch.enable_inductor_pass).
-  # Inductor's caches off, so that each row's first call is a whole compile (comparable between the rows).
-  step "bench_vae compile, compile+pass, compile+gnsilu" pass.log env TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 "${vae[@]}" \
-    --cases "${GNSILU_PASS_CASES:-flux-512,flux-1024,hunyuan-video}" \
-    --modes "${GNSILU_PASS_MODES:-compile,compile+pass,compile+gnsilu}" \
-    --layouts "${GNSILU_PASS_LAYOUTS:-nchw,channels_last}" \
-    --runs 10 --no-exact --no-profile \
-    --json "$out/pass.json"
-  sed -n '/^| case/,$p' "$out/pass.log"
+  # Inductor's caches off, so that each row's first call is a whole compile (comparable between the rows). With
+  # GNSILU_PASS_APART=1 each mode runs in a process of its own (no mode compiles after another in the same process,
+  # whose in-memory state would shorten its first call), and a table of first-call seconds and ms a decode follows.
+  pass_args=(--cases "${GNSILU_PASS_CASES:-flux-512,flux-1024,hunyuan-video}"
+             --layouts "${GNSILU_PASS_LAYOUTS:-nchw,channels_last}" --runs 10 --no-exact --no-profile)
+  modes=${GNSILU_PASS_MODES:-compile,compile+pass,compile+gnsilu}
+  if [ -n "${GNSILU_PASS_APART:-}" ]; then
+    for mode in ${modes//,/ }; do
+      step "bench_vae $mode (a process of its own)" "pass-$mode.log" env TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 \
+        "${vae[@]}" "${pass_args[@]}" --modes "$mode" --json "$out/pass-$mode.json"
+    done
+    python3 tools/device/pass_apart_table.py "$out" ${modes//,/ }
+  else
+    step "bench_vae $modes" pass.log env TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 "${vae[@]}" "${pass_args[@]}" \
+      --modes "$modes" --json "$out/pass.json"
+    sed -n '/^| case/,$p' "$out/pass.log"
+  fi
 fi
 if [ "$what" = bench-compare ]; then
   # Speed before and after a change, in one run: the old gnsilu-bench ($3) and this build's, alternating, two rounds,
