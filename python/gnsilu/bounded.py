@@ -73,9 +73,10 @@ _OVERLAP_COPIES = 1
 # (cuDNN's workspaces, the allocator's rounding).
 _SLAB_SHARE = 0.25
 _RESERVE_PERCENT = 10
-# The working set of the mid block's attention, in copies of its input: the normalized tokens, q, k, v, the output
-# before and after its projection, and a chunk of scores (_attention_run).
-_ATTENTION_COPIES = 7
+# The working set of the mid block's attention, in copies of its input besides the input: the module's own call holds
+# the normalized tokens, q, k, v and the output, then the projected output (6); in chunks (_attention_run) q, k, v,
+# the output and a chunk of scores of twice the input's bytes.
+_ATTENTION_COPIES = 6
 # The fewest rows a slab has (but for a tensor of one row): PyTorch's CPU convolutions round an output of one row
 # differently from the same row among others (1e-6), so one-row slabs would lose the whole decode's bits there.
 _MIN_ROWS = 2
@@ -377,14 +378,15 @@ def _hunyuan_upsample_run(module, source):
 def _attention_run(attn, source):
     """The mid block's attention over the whole tensor. Heads wider than 256 on a CUDA device (the Flux VAE's 512,
     for which PyTorch has no fused attention kernel) take their queries in chunks of matrix products
-    (gnsilu.chunked._attention_by_query_chunks: within rounding of attn's own call), with at most the input's bytes of
-    scores at a time; anything else is attn's own call."""
+    (gnsilu.chunked._attention_by_query_chunks: within rounding of attn's own call), with at most twice the input's
+    bytes of scores at a time (a chunk re-reads k and v, so fewer rows a chunk would cost more passes over them than
+    they save); anything else is attn's own call."""
     chunked = _chunked._frame_attention_plain(attn) and _chunked._wide_heads(attn)
 
     def run(d):
         x = d.whole(source)
         if chunked and x.is_cuda:
-            return _chunked._attention_by_query_chunks(attn, x, x.numel() * x.element_size())
+            return _chunked._attention_by_query_chunks(attn, x, 2 * x.numel() * x.element_size())
         return attn(x)
     return run
 

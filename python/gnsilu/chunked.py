@@ -437,13 +437,14 @@ def _attention_by_query_chunks(attn, hidden_states, score_bytes):
     tokens = hidden_states.reshape(batch, channels, height * width).transpose(1, 2)
     normed = tokens if attn.group_norm is None else attn.group_norm(tokens.transpose(1, 2)).transpose(1, 2)
     heads = attn.heads
-    query, key, value = attn.to_q(normed), attn.to_k(normed), attn.to_v(normed)
-    head_dim = key.shape[-1] // heads
+    head_dim = attn.to_k.out_features // heads
 
     def split(t):
         return t.reshape(batch, -1, heads, head_dim).transpose(1, 2).reshape(batch * heads, -1, head_dim)
-    q, k, v = split(query), split(key), split(value)
-    del query, key, value
+    # Held at once, in copies of the input: q, k, v and the output, and a chunk's scores (the normalized tokens are
+    # let go once q, k and v are made).
+    q, k, v = split(attn.to_q(normed)), split(attn.to_k(normed)), split(attn.to_v(normed))
+    del normed
     count = k.shape[1]
     scale = 1.0 / math.sqrt(head_dim)
     wide = q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
@@ -459,7 +460,9 @@ def _attention_by_query_chunks(attn, hidden_states, score_bytes):
         del scores
         out[:, lo:hi] = torch.bmm(probs.to(v.dtype), v)
         del probs
+    del q, k, v, kt
     hidden = out.reshape(batch, heads, -1, head_dim).transpose(1, 2).reshape(batch, -1, heads * head_dim)
+    del out
     hidden = attn.to_out[1](attn.to_out[0](hidden))
     hidden = hidden.transpose(-1, -2).reshape(batch, channels, height, width)
     if attn.residual_connection:
