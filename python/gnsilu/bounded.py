@@ -380,12 +380,13 @@ def _attention_run(attn, source):
     for which PyTorch has no fused attention kernel) take their queries in chunks of matrix products
     (gnsilu.chunked._attention_by_query_chunks: within rounding of attn's own call), with at most twice the input's
     bytes of scores at a time (a chunk re-reads k and v, so fewer rows a chunk would cost more passes over them than
-    they save); anything else is attn's own call."""
+    they save); anything else is attn's own call, and so are 16-bit tensors where torch.bmm cannot give FP32 products
+    (older PyTorch)."""
     chunked = _chunked._frame_attention_plain(attn) and _chunked._wide_heads(attn)
 
     def run(d):
         x = d.whole(source)
-        if chunked and x.is_cuda:
+        if chunked and x.is_cuda and (x.dtype == torch.float32 or _chunked._fp32_products(x)):
             return _chunked._attention_by_query_chunks(attn, x, 2 * x.numel() * x.element_size())
         return attn(x)
     return run

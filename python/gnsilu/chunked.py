@@ -470,6 +470,21 @@ def _attention_by_query_chunks(attn, hidden_states, score_bytes):
     return hidden / attn.rescale_output_factor
 
 
+def _fp32_products(x):
+    """Whether torch.bmm takes out_dtype=torch.float32 for x's dtype on x's device (recent PyTorch, on CUDA), as
+    _attention_by_query_chunks needs for 16-bit tensors."""
+    return _fp32_products_on(x.device.type, x.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _fp32_products_on(device_type, dtype):
+    try:
+        a = torch.ones((1, 1, 8), dtype=dtype, device=device_type)
+        return torch.bmm(a, a.transpose(1, 2), out_dtype=torch.float32).dtype == torch.float32
+    except (TypeError, RuntimeError, NotImplementedError):
+        return False
+
+
 def _wide_heads(attn):
     """Whether attn's heads are wider than scaled_dot_product_attention's fused kernels take (256)."""
     return attn.to_k.out_features // attn.heads > 256

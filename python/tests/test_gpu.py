@@ -1380,6 +1380,8 @@ class TestBoundedDecode(SeededCuda, unittest.TestCase):
                          residual_connection=True, bias=True, upcast_softmax=True,
                          _from_deprecated_attn_block=True).to(self.device).eval()
         self.assertTrue(gc._frame_attention_plain(attn) and gc._wide_heads(attn))
+        # gnsilu.bounded takes the chunks only where torch.bmm gives FP32 products of 16-bit matrices.
+        self.assertTrue(gc._fp32_products(torch.ones(1, device=self.device, dtype=torch.bfloat16)))
         x = self.randn(1, 512, 48, 40, generator=self.generator(31)) * 2 + 0.5
         with torch.inference_mode():
             truth = attn.double()(x.double())
