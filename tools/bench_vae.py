@@ -299,11 +299,11 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
         # the budget less the device's memory outside the allocator (CUDA's context and libraries, which a card of
         # that size holds too), and must free its cache rather than grow beyond
         # (torch.cuda.set_per_process_memory_fraction).
+        import gnsilu.bounded as gb
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
-        free, total = torch.cuda.mem_get_info()
-        outside = max(0, (total - free) - torch.cuda.memory_reserved())
-        cap = torch.cuda.memory_allocated() + args.max_gpu_bytes - outside
+        total = torch.cuda.get_device_properties(0).total_memory
+        cap = torch.cuda.memory_allocated() + args.max_gpu_bytes - gb._outside_allocator_bytes(torch.device("cuda"))
         torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total))
     try:
         row = _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plain_decode, extra, case)
