@@ -158,10 +158,12 @@ fi
 if [ "$what" = decodes ]; then
   # Decodes in an 8 GiB GPU budget next to the whole decode and diffusers' tiling (python/README.md, gnsilu.bounded):
   # the allocator capped as on an 8 GiB card, the float32 reference (TF32 off) decoded in the same budget; the
-  # bounded decode with its conv1 outputs recomputed and with everything on the host (+hostonly) in the same run.
+  # bounded decode with its conv1 outputs recomputed and with everything on the host (+hostonly) in the same run;
+  # GNSILU_DECODE_MODES picks other modes.
+  decode_modes=eager+gnsilu+bounded,eager+gnsilu+bounded+hostonly,eager+gnsilu,eager+gnsilu+tiled
   for case in flux-4096 hunyuan-video; do
     step "bench_vae $case in 8 GiB" "decodes-$case.log" "${vae[@]}" --cases "$case" --hunyuan-latent 9,60,104 \
-      --modes eager+gnsilu+bounded,eager+gnsilu+bounded+hostonly,eager+gnsilu,eager+gnsilu+tiled --layouts nchw \
+      --modes "${GNSILU_DECODE_MODES:-$decode_modes}" --layouts nchw \
       --runs 1 --warmup 1 \
       --max-gpu-bytes 8589934592 --device-memory --cap-bounded --exact-bounded --json "$out/decodes-$case.json"
     sed -n '/^| case/,$p' "$out/decodes-$case.log"
