@@ -35,7 +35,9 @@ set and a reserve for the convolutions' workspaces, stays under max_gpu_bytes), 
 (a resnet block's conv1 output is kept nowhere: conv1 runs once for its records, and again for each slab of the block's
 second layer, which reads the block's input for the residual anyway; two passes of a convolution cost less than copying
 the tensor out and back over PCIe) or else in host memory (laid out with the height outermost, so that a slab of rows is
-one block to copy); the host bytes that takes at its peak. A budget below the smallest working set (two rows a slab,
+one block to copy); where room is left (besides _ROOM_PERCENT of the budget), the first rows of host activations on the
+GPU (Activation.gpu_rows), the earliest made first, so that only the rest is copied out and back; the host bytes that
+takes at its peak. A budget below the smallest working set (two rows a slab,
 everything else on the host) is refused before any work with the smallest budget that works, as is a host need above
 max_host_bytes. Where the model says the whole decode fits max_gpu_bytes, decode() is vae.decode() itself over the whole
 tensor (diffusers' tiling and HunyuanVideo's decoding by groups of frames turned off for the call: either would give
@@ -73,6 +75,10 @@ _OVERLAP_COPIES = 1
 # (cuDNN's workspaces, the allocator's rounding).
 _SLAB_SHARE = 0.25
 _RESERVE_PERCENT = 10
+# Of the budget, the share left free when the first rows of host activations are kept on the GPU in the room the
+# placement left (besides the reserve): the model's peak was 4% under the allocator's in a HunyuanVideo decode, and a
+# plan filled to the budget would leave the allocator no slack.
+_ROOM_PERCENT = 10
 # The working set of the mid block's attention, in copies of its input besides the input: the module's own call holds
 # the normalized tokens, q, k, v and the output, then the projected output (6); in chunks (_attention_run) q, k, v,
 # the output and a chunk of scores of twice the input's bytes.
@@ -99,6 +105,7 @@ class Activation:
     last_use: int
     where: str = "gpu"
     groups: int = 0
+    gpu_rows: int = 0  # of a host activation, its first rows kept on the GPU (the room the placement left)
     producer: object = dataclasses.field(default=None, repr=False)  # the Layer that makes it
     consumer: object = dataclasses.field(default=None, repr=False)  # the first Layer that reads it
 
@@ -116,6 +123,15 @@ class Activation:
     @property
     def row_bytes(self):
         return self.bytes // max(1, self.shape[-2])
+
+    @property
+    def gpu_bytes(self):
+        """Its bytes on the GPU: all of a "gpu" one, the first gpu_rows rows of a "host" one, none of a recomputed one."""
+        return self.bytes if self.where == "gpu" else self.gpu_rows * self.row_bytes if self.where == "host" else 0
+
+    @property
+    def host_bytes(self):
+        return self.bytes - self.gpu_rows * self.row_bytes if self.where == "host" else 0
 
 
 @dataclasses.dataclass
@@ -158,8 +174,9 @@ class Plan:
             for layer in self.layers:
                 out = self.activations[layer.output]
                 rows = "whole" if layer.kind == "whole" else f"{layer.rows} rows a slab"
+                where = out.where + (f", its first {out.gpu_rows} rows on the GPU" if out.gpu_rows else "")
                 lines.append(f"  {layer.name}: {layer.kind}, {rows}; output {tuple(out.shape)} "
-                             f"({out.bytes / (1 << 20):.0f} MiB, {out.where})")
+                             f"({out.bytes / (1 << 20):.0f} MiB, {where})")
         return "\n".join(lines)
 
 
@@ -553,7 +570,7 @@ def _slab_bytes(layer, acts, rows):
         growth = max(1.0, out.bytes / max(1, a.bytes)) if layer.kind == "upsample_conv" else 1.0
         total += int(_INPUT_COPIES * in_rows * a.row_bytes * growth)
         if a.where == "host":
-            total += int(_OVERLAP_COPIES * in_rows * a.row_bytes)
+            total += int((_OVERLAP_COPIES + (1 if a.gpu_rows else 0)) * in_rows * a.row_bytes)
         elif a.where == "recomputed":
             total += _slab_bytes(a.producer, acts, math.ceil(in_rows))
     return total
@@ -578,8 +595,8 @@ def _peaks(layers, acts, budget):
     gpu = host = 0
     for i, layer in enumerate(layers):
         live = [a for a in acts.values() if a.made_by <= i <= a.last_use]
-        resident = sum(a.bytes for a in live if a.where == "gpu")
-        hosted = sum(a.bytes for a in live if a.where == "host")
+        resident = sum(a.gpu_bytes for a in live)
+        hosted = sum(a.host_bytes for a in live)
         if layer.kind == "whole":
             work = sum(acts[n].bytes for n in layer.inputs) * _ATTENTION_COPIES
         else:
@@ -658,6 +675,21 @@ def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes, recompute=True,
                          f"{least} ({least / (1 << 30):.2f} GiB) at least, besides the model's weights"
                          + (f" ({outside} bytes of it the device's memory outside PyTorch's allocator: CUDA's context "
                             "and libraries, other processes)" if outside else ""))
+    # The room left: the first rows of host activations kept on the GPU (rows not copied out and back), the earliest
+    # made first, each as many as keep the GPU's peak within the budget less _ROOM_PERCENT of it.
+    room = budget - budget * _ROOM_PERCENT // 100
+    for a in sorted((a for a in acts.values() if a.where == "host" and a.made_by >= 0
+                     and a.name != layers[-1].output and gpu <= room), key=lambda a: a.made_by):
+        height = a.shape[-2]
+        low, high = 0, height - 1  # rows kept: low fits; at least one row stays in host memory
+        while low < high:
+            a.gpu_rows = (low + high + 1) // 2
+            if _peaks(layers, acts, budget)[0] <= room:
+                low = a.gpu_rows
+            else:
+                high = a.gpu_rows - 1
+        a.gpu_rows = low
+        gpu, host = _peaks(layers, acts, budget)
     if max_host_bytes is not None and host > max_host_bytes:
         raise ValueError(f"gnsilu.bounded: this decode in max_gpu_bytes={max_gpu_bytes} needs {host} bytes "
                          f"({host / (1 << 30):.2f} GiB) of pinned host memory, above max_host_bytes={max_host_bytes}")
@@ -716,9 +748,11 @@ class _Decode:
         self.device = device
         self.memory_format = memory_format
         self.pin = pin
-        self.tensors = {}
+        self.tensors = {}  # name -> the activation (of a host one, its rows from gpu_rows on, in host memory)
+        self.kept_rows = {}  # name -> the first gpu_rows rows of a host activation, on the GPU
         self.merged = {}
-        # (name, start, stop) -> [rows on the GPU, the event after which they are there (or None), used by a slab]
+        # (name, start, stop) -> [rows on the GPU, the event after which they are there (or None), used by this slab,
+        # slabs that asked for them and have not ended]
         self.fetched = {}
         self.counts = {"fetched_ahead": 0, "fetched_late": 0, "fetched_unused": 0}
         self.timeline = []  # a dict a layer, with its events on the GPU (timeline(): their times, once all is done)
@@ -744,7 +778,8 @@ class _Decode:
 
     def _host_rows(self, name, start, stop):
         self._after_stores(name, start, stop)
-        part = self.tensors[name][..., start:stop, :]  # one block of host memory (_host_tensor), then the layout
+        first = self.plan.activations[name].gpu_rows  # the host tensor's first row
+        part = self.tensors[name][..., start - first:stop - first, :]  # one block of host memory, then the layout
         self.h2d_bytes += part.numel() * part.element_size()
         return part.to(self.device, non_blocking=self.pin).contiguous(memory_format=self.memory_format)
 
@@ -754,9 +789,13 @@ class _Decode:
         self.fetched.clear()
 
     def end_slab(self):
-        """After a slab: the fetched rows it used dropped (those fetched for the next slab kept)."""
-        for key in [key for key, entry in self.fetched.items() if entry[2]]:
-            del self.fetched[key]
+        """After a slab: the fetched rows it used dropped, but those the next slab asked for too (the same window: the
+        last slabs' halos clamped at the height, or clipped at a host activation's rows kept on the GPU)."""
+        for key, entry in list(self.fetched.items()):
+            if entry[2]:
+                entry[2], entry[3] = False, entry[3] - 1
+                if entry[3] <= 0:
+                    del self.fetched[key]
 
     def slab_done(self, event):
         """After a slab is queued: its event kept, and the host waits for the slab _SLABS_AHEAD before it."""
@@ -778,6 +817,9 @@ class _Decode:
             if a.where == "recomputed":
                 self._windows(a.producer.run.needs(self, start, stop), windows)
             elif a.where == "host" and name in self.tensors:
+                start = max(start, a.gpu_rows)  # the rows before are on the GPU
+                if start >= stop:
+                    continue
                 w = windows.get(name)
                 windows[name] = (start, stop) if w is None else (min(w[0], start), max(w[1], stop))
         return windows
@@ -788,26 +830,30 @@ class _Decode:
         for name, (start, stop) in self._windows(requests, {}).items():
             key = (name, start, stop)
             if key in self.fetched:
+                self.fetched[key][3] += 1
                 continue
             if self.fetch_stream is None:  # on the CPU: now (the same copy the slab would make)
-                self.fetched[key] = [self._host_rows(name, start, stop), None, False]
+                self.fetched[key] = [self._host_rows(name, start, stop), None, False, 1]
                 continue
             with torch.cuda.stream(self.fetch_stream):
                 part = self._host_rows(name, start, stop)
                 done = torch.cuda.Event()
                 done.record(self.fetch_stream)
             part.record_stream(self._compute_stream())
-            self.fetched[key] = [part, done, False]
+            self.fetched[key] = [part, done, False, 1]
 
     def height(self, name):
         return self.plan.activations[name].shape[-2]
 
     def whole(self, name):
         t = self.tensors[name]
-        if self.plan.activations[name].where == "host":
+        a = self.plan.activations[name]
+        if a.where == "host":
             self.h2d_bytes += t.numel() * t.element_size()
-            self._after_stores(name, 0, t.shape[-2])
+            self._after_stores(name, a.gpu_rows, a.shape[-2])
             t = t.to(self.device).contiguous(memory_format=self.memory_format)
+            if a.gpu_rows:
+                t = torch.cat([self.kept_rows[name], t], dim=-2).contiguous(memory_format=self.memory_format)
         return t
 
     def rows(self, name, lo, hi):
@@ -818,17 +864,28 @@ class _Decode:
         t = self.tensors[name]
         if a.where != "host":
             return t[..., start:stop, :], start, stop
+        first = a.gpu_rows  # rows before it on the GPU, those from it in host memory
+        if stop <= first:
+            return self.kept_rows[name][..., start:stop, :], start, stop
+        fetched = self._fetched_rows(name, max(start, first), stop)
+        if start >= first:
+            return fetched, start, stop
+        joined = torch.cat([self.kept_rows[name][..., start:first, :], fetched], dim=-2)
+        return joined.contiguous(memory_format=self.memory_format), start, stop
+
+    def _fetched_rows(self, name, start, stop):
+        """Host rows [start, stop) of `name` on the GPU: from a window fetched ahead, else fetched now."""
         for (n, s, e), entry in self.fetched.items():  # this slab's window comes before the next slab's
             if n == name and s <= start and stop <= e:
-                part, done, used = entry
+                part, done, used, _ = entry
                 if not used:
                     entry[2] = True
                     self.counts["fetched_ahead"] += 1
                 if done is not None:
                     self._compute_stream().wait_event(done)
-                return (part if (s, e) == (start, stop) else part[..., start - s:stop - s, :]), start, stop
+                return part if (s, e) == (start, stop) else part[..., start - s:stop - s, :]
         self.counts["fetched_late"] += 1
-        return self._host_rows(name, start, stop), start, stop
+        return self._host_rows(name, start, stop)
 
     def records(self, name):
         return self.merged[name]
@@ -839,7 +896,10 @@ class _Decode:
         on_host = a.where == "host"
         try:
             if on_host:
-                return _host_tensor(a.shape, a.dtype, self.pin)
+                if a.gpu_rows:
+                    self.kept_rows[a.name] = torch.empty(a.shape[:-2] + (a.gpu_rows, a.shape[-1]), dtype=a.dtype,
+                                                        device=self.device, memory_format=self.memory_format)
+                return _host_tensor(a.shape[:-2] + (a.shape[-2] - a.gpu_rows, a.shape[-1]), a.dtype, self.pin)
             return torch.empty(a.shape, dtype=a.dtype, device=self.device, memory_format=self.memory_format)
         except RuntimeError as e:
             where = "pinned host memory" if on_host else "GPU memory"
@@ -852,11 +912,19 @@ class _Decode:
         if a.where == "recomputed":  # its records only
             self.slab_done(self._event())
             return
-        dst = out[..., r0:r0 + y.shape[-2], :]
         if a.where != "host":
-            dst.copy_(y)
+            out[..., r0:r0 + y.shape[-2], :].copy_(y)
             self.slab_done(self._event())
             return
+        first = a.gpu_rows
+        if r0 < first:  # the slab's rows before `first` stay on the GPU
+            kept = min(first - r0, y.shape[-2])
+            self.kept_rows[a.name][..., r0:r0 + kept, :].copy_(y[..., :kept, :])
+            y, r0 = y[..., kept:, :], r0 + kept
+            if y.shape[-2] == 0:
+                self.slab_done(self._event())
+                return
+        dst = out[..., r0 - first:r0 - first + y.shape[-2], :]
         # The slab in the host tensor's order on the GPU first: then one block to copy, on the store stream.
         y = torch.empty_strided(dst.shape, dst.stride(), dtype=y.dtype, device=y.device).copy_(y)
         self.timeline[-1]["d2h_bytes"] += y.numel() * y.element_size()
@@ -942,6 +1010,7 @@ class _Decode:
         for name, a in self.plan.activations.items():
             if a.last_use == index and name in self.tensors and name != self.plan.layers[-1].output:
                 del self.tensors[name]
+                self.kept_rows.pop(name, None)
                 self.merged.pop(name, None)
                 self.stored.pop(name, None)
 
@@ -1057,6 +1126,7 @@ def decode(vae, latents, max_gpu_bytes, *, max_host_bytes=None, progress=None, r
         d.stored.clear()
         d.in_flight.clear()
         d.tensors.clear()
+        d.kept_rows.clear()
         d.merged.clear()
 
 

@@ -101,14 +101,23 @@ def _whole(vae, z):
 def test_every_budget_gives_the_whole_decodes_bits():
     """From a budget that fits the whole decode (the plain decode) down to the smallest that works (one more byte
     less is refused): every layered decode equals the whole decode bit for bit, in the latents' layout; the plan's
-    GPU peak is within the budget, activations move to the host as the budget shrinks, and slabs get smaller."""
+    GPU peak is within the budget, activations move to the host as the budget shrinks, and slabs get smaller. Twice:
+    as planned, and with no room left free (gnsilu.bounded._ROOM_PERCENT 0), so that host activations keep their first
+    rows on the GPU at some budgets of these small models (slabs read rows from both)."""
     require()
+    for room in (gb._ROOM_PERCENT, 0):
+        with mock.patch.object(gb, "_ROOM_PERCENT", room):
+            _every_budget(room)
+
+
+def _every_budget(room):
     with cpu_reference():
         for name, vae, z in _models():
             whole = _whole(vae, z)
             top = gb.plan(vae, z, 1 << 40)
             assert top.plain and top.host_bytes == 0, name
             budget, seen_host, seen_recomputed, smallest, plans = top.plain_gpu_bytes, 0, 0, None, 0
+            seen_partial = 0  # budgets whose plan keeps the first rows of a host activation on the GPU
             refused = None
             while True:
                 try:
@@ -145,9 +154,11 @@ def test_every_budget_gives_the_whole_decodes_bits():
                     # Every slab's host rows were fetched ahead (run.needs said what its run asked for), none late
                     # and none in vain.
                     assert counts["fetched_late"] == 0 and counts["fetched_unused"] == 0, (name, budget, counts)
+                    partial = [a for a in hosted if a.gpu_rows]
+                    seen_partial += bool(partial)
                     if hosted:
                         seen_host += 1
-                        assert p.host_bytes >= max(a.bytes for a in hosted)
+                        assert p.host_bytes >= max(a.host_bytes for a in hosted)
                         assert counts["fetched_ahead"] > 0, (name, budget, counts)
                     else:
                         assert p.host_bytes == 0
@@ -158,14 +169,16 @@ def test_every_budget_gives_the_whole_decodes_bits():
                     assert [t["layer"] for t in timeline] == [layer.name for layer in p.layers], name
                     assert sum(t["slabs"] for t in timeline) == p.slabs, (name, budget)
                     made = [a for a in hosted if a.name != "latents"]
-                    assert sum(t["d2h_bytes"] for t in timeline) == sum(a.bytes for a in made), (name, budget)
+                    # (of a host activation whose first rows stay on the GPU, the rest)
+                    assert sum(t["d2h_bytes"] for t in timeline) == sum(a.host_bytes for a in made), (name, budget)
                     assert (sum(t["h2d_bytes"] for t in timeline) > 0) == bool(hosted), (name, budget)
                     assert all(t["store_tail_ms"] == 0 and t["compute_ms"] >= 0 for t in timeline), name
                 smallest, plans = budget, plans + 1
                 if refused is not None:
                     break  # the smallest budget that works has decoded
                 budget = budget * 7 // 8 if budget > top.plain_gpu_bytes // 4 else budget - budget // 32
-            assert plans >= 8 and seen_host >= 2 and seen_recomputed >= 1, (name, plans, seen_host, seen_recomputed)
+            assert plans >= 8 and seen_host >= 2 and seen_recomputed >= 1 and (seen_partial >= 1 or room), \
+                (name, plans, seen_host, seen_recomputed, seen_partial)
             assert refused == smallest - 1, (refused, smallest)  # one byte less is refused
             try:
                 gb.plan(vae, z, refused)
@@ -173,8 +186,9 @@ def test_every_budget_gives_the_whole_decodes_bits():
             except ValueError as e:  # and the refusal names the smallest budget
                 assert f"max_gpu_bytes={smallest} (" in str(e), (smallest, str(e))
             floor = gb.plan(vae, z, smallest)
-            print(f"  {name}: {plans} budgets from {top.plain_gpu_bytes} down to {smallest} bytes, every one the "
-                  f"whole decode's bits ({seen_recomputed} of them recomputing activations); at the smallest "
+            print(f"  {name}, {room}% room: {plans} budgets from {top.plain_gpu_bytes} down to {smallest} bytes, every "
+                  f"one the whole decode's bits ({seen_recomputed} of them recomputing activations, {seen_partial} "
+                  f"keeping host activations' first rows on the GPU); at the smallest "
                   f"{floor.slabs} slabs, {floor.host_bytes} bytes on the host")
 
 
@@ -239,9 +253,13 @@ def test_the_plan_says_what_goes_where_before_the_work():
             assert "layer by layer" in text and "host" in text and "rows a slab" in text, text
             hosted = [a for a in p.activations.values() if a.where == "host"]
             assert hosted, f"{name}: nothing on the host at a third of the whole decode's bytes"
-            # The host peak is the largest sum of host activations alive at once.
-            peak = max(sum(a.bytes for a in hosted if a.made_by <= i <= a.last_use) for i in range(len(p.layers)))
+            # The host peak is the largest sum of host activations alive at once (of each, the rows not kept on the
+            # GPU).
+            peak = max(sum(a.host_bytes for a in hosted if a.made_by <= i <= a.last_use) for i in range(len(p.layers)))
             assert p.host_bytes == peak, (p.host_bytes, peak)
+            for a in hosted:
+                assert 0 <= a.gpu_rows < a.shape[-2] and a.host_bytes == (a.shape[-2] - a.gpu_rows) * a.row_bytes, a
+                assert (f"its first {a.gpu_rows} rows on the GPU" in text) == (a.gpu_rows > 0), (a.name, text)
             assert "whole decode (vae.decode)" in str(top)
 
 
