@@ -126,7 +126,8 @@ class Activation:
 
     @property
     def gpu_bytes(self):
-        """Its bytes on the GPU: all of a "gpu" one, the first gpu_rows rows of a "host" one, none of a recomputed one."""
+        """Its bytes on the GPU: all of a "gpu" one, the first gpu_rows rows of a "host" one, none of a
+        "recomputed" one."""
         return self.bytes if self.where == "gpu" else self.gpu_rows * self.row_bytes if self.where == "host" else 0
 
     @property
