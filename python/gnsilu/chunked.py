@@ -453,10 +453,17 @@ def _attention_by_query_chunks(attn, hidden_states, score_bytes):
     rows = max(1, min(count, int(score_bytes) // per_row))
     kt = k.transpose(1, 2)
     out = torch.empty_like(q)
+    # The scale in the product's epilogue where torch.baddbmm takes out_dtype and out= (one pass of the scores fewer).
+    scaled = wide and _scaled_fp32_products_on(q.device.type, q.dtype)
     for lo in range(0, q.shape[1], rows):
         hi = min(q.shape[1], lo + rows)
-        scores = torch.bmm(q[:, lo:hi], kt, out_dtype=torch.float32) if wide else torch.bmm(q[:, lo:hi], kt)
-        probs = torch.softmax(scores.mul_(scale), -1)
+        if scaled:
+            scores = torch.empty((q.shape[0], hi - lo, count), dtype=torch.float32, device=q.device)
+            torch.baddbmm(scores, q[:, lo:hi], kt, torch.float32, beta=0, alpha=scale, out=scores)
+        else:
+            scores = torch.bmm(q[:, lo:hi], kt, out_dtype=torch.float32) if wide else torch.bmm(q[:, lo:hi], kt)
+            scores.mul_(scale)
+        probs = torch.softmax(scores, -1)
         del scores
         out[:, lo:hi] = torch.bmm(probs.to(v.dtype), v)
         del probs
@@ -474,6 +481,20 @@ def _fp32_products(x):
     """Whether torch.bmm takes out_dtype=torch.float32 for x's dtype on x's device (recent PyTorch, on CUDA), as
     _attention_by_query_chunks needs for 16-bit tensors."""
     return _fp32_products_on(x.device.type, x.dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _scaled_fp32_products_on(device_type, dtype):
+    """Whether torch.baddbmm(c, a, b, torch.float32, beta=0, alpha=s, out=c) gives s times the FP32 products of
+    16-bit a and b (recent PyTorch, on CUDA): checked once a device type and dtype on a small exact case."""
+    try:
+        a = torch.arange(24, dtype=torch.float32, device=device_type).reshape(1, 3, 8).to(dtype)
+        b = a.transpose(1, 2)
+        c = torch.full((1, 3, 3), float("nan"), dtype=torch.float32, device=device_type)  # beta=0: never read
+        torch.baddbmm(c, a, b, torch.float32, beta=0, alpha=0.125, out=c)
+        return c.dtype == torch.float32 and torch.equal(c, torch.bmm(a.float(), b.float()) * 0.125)
+    except (TypeError, RuntimeError, NotImplementedError):
+        return False
 
 
 @functools.lru_cache(maxsize=None)

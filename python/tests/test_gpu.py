@@ -1382,6 +1382,9 @@ class TestBoundedDecode(SeededCuda, unittest.TestCase):
         self.assertTrue(gc._frame_attention_plain(attn) and gc._wide_heads(attn))
         # gnsilu.bounded takes the chunks only where torch.bmm gives FP32 products of 16-bit matrices.
         self.assertTrue(gc._fp32_products(torch.ones(1, device=self.device, dtype=torch.bfloat16)))
+        # and scales them in the product's epilogue where torch.baddbmm takes out_dtype and out= (else bmm, then a pass)
+        for dtype in (torch.bfloat16, torch.float16):
+            self.assertTrue(gc._scaled_fp32_products_on(self.device, dtype), f"{dtype}: baddbmm's scaled FP32 products")
         x = self.randn(1, 512, 48, 40, generator=self.generator(31)) * 2 + 0.5
         with torch.inference_mode():
             truth = attn.double()(x.double())
