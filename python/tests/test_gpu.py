@@ -1402,7 +1402,8 @@ class TestBoundedDecode(SeededCuda, unittest.TestCase):
 
     def test_bounded_decode_in_a_gpu_budget(self):
         """gnsilu.bounded on the device: a Flux-style AutoencoderKL (swapped, bf16, both layouts) decoded within
-        budgets from a third of the whole decode's down to the smallest that works: within rounding of the whole
+        budgets from a third of the whole decode's down to the smallest that works (at a fifth, host activations keep
+        their first rows on the GPU; at a sixth and below, conv1 outputs are recomputed): within rounding of the whole
         decode, as near the float32 decode as the whole bf16 decode, every host row fetched ahead of its slab (the
         copy streams), and the allocator's peak within the budget plus the weights."""
         import gnsilu.bounded as gb
@@ -1420,8 +1421,8 @@ class TestBoundedDecode(SeededCuda, unittest.TestCase):
             with torch.inference_mode():
                 whole = model.decode(z).sample.float()
             whole_error = relative_l2(whole, exact)
-            recomputing = 0
-            for share in (3, 6, None):
+            recomputing = keeping = 0
+            for share in (3, 5, 6, None):
                 # On CUDA the budget counts the device's memory outside PyTorch's allocator (Plan.outside_bytes),
                 # which grows as the decodes create the libraries' handles (70 MiB on an H100 after the first): each
                 # budget is taken above what is outside now.
@@ -1436,6 +1437,8 @@ class TestBoundedDecode(SeededCuda, unittest.TestCase):
                 self.assertFalse(p.plain)
                 recomputed = [a for a in p.activations.values() if a.where == "recomputed"]
                 recomputing += bool(recomputed)
+                kept = [a for a in p.activations.values() if a.gpu_rows]  # host activations' first rows on the GPU
+                keeping += bool(kept)
                 if self.device == "cuda":
                     torch.cuda.synchronize()
                     torch.cuda.reset_peak_memory_stats()
@@ -1462,10 +1465,12 @@ class TestBoundedDecode(SeededCuda, unittest.TestCase):
                 self.assertLess(to_whole, whole_error)
                 self.assertLessEqual(error, 1.05 * whole_error + 1e-4)
                 SUMMARY.append(("bd", f"bounded decode, {layout}, budget {budget} ({p.slabs} slabs, host "
-                                      f"{p.host_bytes} bytes, {len(recomputed)} recomputed, weights {weights})",
+                                      f"{p.host_bytes} bytes, {len(recomputed)} recomputed, {len(kept)} with rows kept "
+                                      f"on the GPU, weights {weights})",
                                 f"to the whole decode {to_whole:.2e}; to float32 {error:.2e} (whole {whole_error:.2e}); "
                                 f"host rows fetched ahead {counts['fetched_ahead']}"))
             self.assertGreater(recomputing, 0, f"{layout}: no budget recomputed a resnet block's conv1 output")
+            self.assertGreater(keeping, 0, f"{layout}: no budget kept a host activation's first rows on the GPU")
 
 
 @unittest.skipUnless(CUDA, "PyTorch with a CUDA device is needed")
