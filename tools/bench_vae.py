@@ -18,7 +18,9 @@ Inductor pass, gnsilu.torch.enable_inductor_pass, no swap: the row prints what i
 compile+pass+allreaders: the pass without its reader rule, READER_RULE False); any of them with
 +slabs (whole activations, convolutions and upsamplers in slabs of rows: gnsilu.chunked, --slab-bytes) or +tiled
 (diffusers' enable_tiling); eager modes with +bounded (gnsilu.bounded.decode within --max-gpu-bytes besides the weights:
-the row prints its plan's host bytes and slabs; +bounded+hostonly: nothing recomputed, recompute=False). Cases also
+the row prints its plan's host bytes and slabs; +bounded+hostonly: nothing recomputed, recompute=False; +allhost: no
+host activation keeps its first rows on the GPU; +unscaled: the chunked attention scales its scores in a pass of their
+own, not in the product: each the planner or decoder as it was before that change, to time both in one run). Cases also
 flux-2048, flux-4096 and flux-8192 (1x16x256x256, 1x16x512x512 and 1x16x1024x1024 latents), and the other diffusers VAEs
 with GroupNorm in their default configurations (VIDEO_CASES): mochi (latent 1x12x3x32x32), magvit, kvae-video,
 cogvideox, cosmos (1x16x3x32x32), svd (AutoencoderKLTemporalDecoder, 4x4x32x32 decoded as 4 frames), allegro
@@ -46,6 +48,7 @@ Needs PyTorch with CUDA and diffusers (on a machine without them, carry diffuser
 --device cpu runs the same program on the CPU with tiny inputs (a check of the script, not a benchmark).
 """
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -53,6 +56,7 @@ import re
 import statistics
 import sys
 import time
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
@@ -306,7 +310,8 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
         cap = torch.cuda.memory_allocated() + args.max_gpu_bytes - gb._outside_allocator_bytes(torch.device("cuda"))
         torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total))
     try:
-        row = _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plain_decode, extra, case)
+        with _bounded_variant(mode):
+            row = _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plain_decode, extra, case)
         if capped:
             row["bounded"]["allocator_cap_gib"] = cap / 2**30
         return row
@@ -315,6 +320,20 @@ def run_row(torch, args, vae_run, latent, mode, layout, exact, case=None):
             torch.cuda.synchronize()
             torch.cuda.set_per_process_memory_fraction(1.0)
             torch.cuda.empty_cache()
+
+
+@contextlib.contextmanager
+def _bounded_variant(mode):
+    """+bounded rows' +allhost (gnsilu.bounded keeps no host activation's first rows on the GPU: all its room left
+    free) and +unscaled (gnsilu.chunked's attention scales its FP32 scores in a pass of their own)."""
+    with contextlib.ExitStack() as stack:
+        if "+bounded" in mode and "+allhost" in mode:
+            import gnsilu.bounded as gb
+            stack.enter_context(mock.patch.object(gb, "_ROOM_PERCENT", 100))
+        if "+bounded" in mode and "+unscaled" in mode:
+            import gnsilu.chunked as gc
+            stack.enter_context(mock.patch.object(gc, "_scaled_fp32_products_on", lambda device_type, dtype: False))
+        yield
 
 
 def _timed_row(torch, args, model, z, mode, layout, exact, swapped, decode, plain_decode, extra, case):
