@@ -679,10 +679,9 @@ def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes, recompute=True,
     # The room left: the first rows of host activations kept on the GPU (rows not copied out and back), the earliest
     # made first, each as many as keep the GPU's peak within the budget less _ROOM_PERCENT of it.
     room = budget - budget * _ROOM_PERCENT // 100
-    for a in sorted((a for a in acts.values() if a.where == "host" and a.made_by >= 0
-                     and a.name != layers[-1].output and gpu <= room), key=lambda a: a.made_by):
-        height = a.shape[-2]
-        low, high = 0, height - 1  # rows kept: low fits; at least one row stays in host memory
+    hosted = sorted((a for a in movable if a.where == "host"), key=lambda a: a.made_by) if gpu <= room else []
+    for a in hosted:
+        low, high = 0, a.shape[-2] - 1  # rows kept: low fits; at least one row stays in host memory
         while low < high:
             a.gpu_rows = (low + high + 1) // 2
             if _peaks(layers, acts, budget)[0] <= room:

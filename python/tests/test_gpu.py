@@ -1424,8 +1424,8 @@ class TestBoundedDecode(SeededCuda, unittest.TestCase):
             recomputing = keeping = 0
             for share in (3, 5, 6, None):
                 # On CUDA the budget counts the device's memory outside PyTorch's allocator (Plan.outside_bytes),
-                # which grows as the decodes create the libraries' handles (70 MiB on an H100 after the first): each
-                # budget is taken above what is outside now.
+                # which grew by 70 MiB on an H100 after the first bounded decode: each budget is taken above what is
+                # outside now.
                 top = gb.plan(model, z, 1 << 40)
                 try:
                     gb.plan(model, z, 1 << 10)

@@ -31,6 +31,12 @@ record() {  # name, exit status
   if [ "$2" -eq 77 ]; then verdict=SKIPPED; elif [ "$2" -ne 0 ]; then verdict=FAILED; failed=$((failed + 1)); fi
   summary+=("$(printf '%-34s exit %-3s %s' "$1" "$2" "$verdict")")
 }
+site=/tmp/gnsilu-site
+install_diffusers() {  # the wheels carried in .whl/ (diffusers, importlib_metadata) into $site, once a machine
+  if compgen -G ".whl/diffusers-*.whl" > /dev/null && [ ! -d "$site/diffusers" ]; then
+    python3 -m pip install -q --no-deps --target "$site" .whl/*.whl > "$out/pip.log" 2>&1
+  fi
+}
 step() {  # name, log, command...
   local name=$1 log=$2
   shift 2
@@ -81,10 +87,7 @@ if [ "$what" = python ] || [ "$what" = all ]; then
   # classes from TestInputBias on took 111 s. Python's unittest takes class names after the file
   # (GNSILU_PYTHON_TESTS) to run a part of it.
   # diffusers' tests (TestBoundedDecode, the swapped VAEs) run where its wheel is carried in .whl/, else skip.
-  site=/tmp/gnsilu-site
-  if compgen -G ".whl/diffusers-*.whl" > /dev/null && [ ! -d "$site/diffusers" ]; then
-    python3 -m pip install -q --no-deps --target "$site" .whl/*.whl > "$out/pip.log" 2>&1
-  fi
+  install_diffusers
   step "python/tests/test_gpu.py" python.log env GNSILU_LIBRARY="$build/libgnsilu.so" PYTHONPATH="$site:python" \
     PYTHONUNBUFFERED=1 GNSILU_TUNE="${GNSILU_TUNE:-off}" python3 python/tests/test_gpu.py ${GNSILU_PYTHON_TESTS:-}
   tail -30 "$out/python.log"
@@ -131,9 +134,9 @@ if [ "$what" = wheel ]; then
   # its own next to the machine's PyTorch, used from outside the checkout with GNSILU_LIBRARY unset: its bundled
   # library runs.
   wheel=$(ls build-wheel/gnsilu-*.whl | head -1)
-  site=$(mktemp -d)  # pip's --target, not a venv: this machine's PyTorch is not in a venv's view of site-packages
-  python3 -m pip install -q --no-deps --no-index --target "$site" "$wheel"
-  (cd /tmp && env -u GNSILU_LIBRARY PYTHONPATH="$site" python3 - > "$out/wheel.log" 2>&1 <<'PY'
+  wheel_site=$(mktemp -d)  # pip's --target, not a venv: this machine's PyTorch is not in a venv's view of site-packages
+  python3 -m pip install -q --no-deps --no-index --target "$wheel_site" "$wheel"
+  (cd /tmp && env -u GNSILU_LIBRARY PYTHONPATH="$wheel_site" python3 - > "$out/wheel.log" 2>&1 <<'PY'
 import torch, gnsilu, gnsilu.torch as gt
 print("library:", gnsilu.library_path())
 import os; assert gnsilu.library_path() == os.path.join(os.path.dirname(gnsilu.__file__), "libgnsilu.so"), "not the bundled library"
@@ -156,8 +159,7 @@ PY
   cat "$out/wheel.log"
 fi
 if [ "$what" = decodes ] || [ "$what" = decodes-large ] || [ "$what" = pass ]; then
-  site=/tmp/gnsilu-site
-  [ -d "$site/diffusers" ] || python3 -m pip install -q --no-deps --target "$site" .whl/*.whl > "$out/pip.log" 2>&1
+  install_diffusers
   vae=(env GNSILU_LIBRARY="$build/libgnsilu.so" PYTHONPATH="$site:python" PYTHONUNBUFFERED=1 python3 tools/bench_vae.py)
 fi
 if [ "$what" = decodes ]; then
