@@ -603,15 +603,24 @@ GNSILU_HD DD two_sum(double a, double b) {
   const double bb = s - a;
   return {s, (a - (s - bb)) + (b - bb)};
 }
-// Bits [k, k + count) of b's magnitude as an integer (count <= 64; bits below 0 read as zero).
+// Limb i of b, zero beyond the limbs in use.
+GNSILU_HD u64 big_limb(const Big& b, int i) { return i >= 0 && i < b.n ? b.d[i] : 0u; }
+// Bits [k, k + count) of b's magnitude as an integer (1 <= count <= 64; bits below 0 read as zero): the three limbs
+// that hold them, shifted (a record's rounding reads four such fields).
 GNSILU_HD u64 big_field(const Big& b, int k, int count) {
-  u64 v = 0;
-  for (int i = count - 1; i >= 0; --i) {
-    const int bit = k + i;
-    const u64 one = bit >= 0 && (bit >> 5) < b.n ? (b.d[bit >> 5] >> (bit & 31)) & 1u : 0u;
-    v = (v << 1) | one;
+  int skip = 0;  // bits of the field below bit 0 of b
+  if (k < 0) {
+    skip = -k;
+    if (skip >= count) return 0;
+    k = 0;
   }
-  return v;
+  const int i = k >> 5;
+  const int r = k & 31;
+  const u64 low = big_limb(b, i) | (big_limb(b, i + 1) << 32);
+  const u64 window = r == 0 ? low : (low >> r) | (big_limb(b, i + 2) << (64 - r));  // bits [k, k + 64)
+  const int width = count - skip;
+  const u64 field = width == 64 ? window : window & ((u64(1) << width) - 1);
+  return field << skip;
 }
 // b 2^scale truncated to its top 106 bits, as hi + lo (both exact: 53-bit integers times powers of two).
 GNSILU_HD DD big_to_dd(const Big& b, int scale) {

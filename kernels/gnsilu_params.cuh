@@ -26,9 +26,15 @@ inline constexpr int kStatsRead = 2;
 // finalize's stage (Params::finalize_stage). A group of many chunk records is merged in parts by two launches of
 // finalize: the first merges each part's records into an exact::Record (part_records: parts_per_group a group), the
 // second adds a group's part records and goes on as a whole finalize would (integer additions: the same bits).
+// Or by one launch (kFinalizeAtomic): each part's block adds its record into the group's accumulator in part_records
+// with integer atomics (exact in any order of arrival), and the block that arrives last for its group goes on from
+// the accumulated record as a whole finalize would. part_records then holds groups_total accumulators (exact::Record)
+// and after them groups_total 32-bit arrival counters, all zero when finalize starts: chunk_stats zeroes them
+// (Params::zero_words).
 inline constexpr int kFinalizeWhole = 0;
 inline constexpr int kFinalizeParts = 1;
 inline constexpr int kFinalizeMerge = 2;
+inline constexpr int kFinalizeAtomic = 3;
 
 struct Params {
   const void* x;          // (N, C, S) channel-major or (N, S, C) channels-last, contiguous, dtype XT
@@ -51,6 +57,7 @@ struct Params {
   long long chunks_total;       // groups_total * chunks_per_group
   long long parts_per_group;    // finalize in parts: parts a group's records are merged in (1: one block a group)
   long long part_chunks;        //   chunk records a part (the last part may hold fewer)
+  long long zero_words;         // chunk_stats: 64-bit words of part_records it sets to zero (kFinalizeAtomic's), or 0
   long long chunk_channels;     // channels per chunk (1 when s > 512)
   long long chunks_per_row;     // chunks per channel (1 when s <= 512)
   // apply, channel-major: each row of s elements in spans of span_length
@@ -83,7 +90,7 @@ struct Params {
                          // vectors)
   int stats_mode;        // finalize: 0 the group's statistics from its chunk records, into row constants; 1 the same
                          // statistics written to group_stats instead (no rows); 2 rows from group_stats (no records)
-  int finalize_stage;    // finalize: kFinalizeWhole, kFinalizeParts or kFinalizeMerge (above)
+  int finalize_stage;    // finalize: kFinalizeWhole, kFinalizeParts, kFinalizeMerge or kFinalizeAtomic (above)
 };
 
 }  // namespace kernel

@@ -20,7 +20,8 @@
 //                  0), rounds the mean and variance once, writes per-(n, c) constants. The same kernel for
 //                  both layouts. Calls of few groups of many records (plan.cpp: finalize_parts): two
 //                  launches, one block per part of a group's records, then one block per group adding its
-//                  parts' records.
+//                  parts' records; or one launch whose part blocks add their records into the group's
+//                  accumulator with integer atomics, the last to arrive rounding (kFinalizeAtomic).
 //     apply        NCHW: tiles of (row, span): y = silu(fma(fma(x, u, -z), k, c)), 16-byte loads and stores;
 //                  for 16-bit outputs SiLU is estimated with MUFU and silu32 runs only where the estimate
 //                  cannot decide the rounding (gnsilu_math.cuh). NHWC: items of (sample, block of pixels,
@@ -117,28 +118,41 @@ __global__ void __launch_bounds__(WARPS * 32, kMinBlocksStats<XT, WARPS, STAGES,
   static_assert(LAYOUT == kChannelsFirst || LAYOUT == kChannelsLast, "LAYOUT");
   static_assert(BIAS == 0 || BIAS == 1, "BIAS");
   allow_next_kernel();
+  // finalize's accumulators and arrival counters (kFinalizeAtomic), zeroed for it: finalize reads them only once this
+  // kernel has completed, and every call zeroes them again, so no earlier call or failed launch leaves them dirty.
+  if (p.zero_words != 0) {
+    i64* const words = static_cast<i64*>(p.part_records);
+    const i64 threads = static_cast<i64>(gridDim.x) * (WARPS * 32);
+    for (i64 i = blockIdx.x * static_cast<i64>(WARPS * 32) + threadIdx.x; i < p.zero_words; i += threads) words[i] = 0;
+  }
   chunk_stats_body<XT, WARPS, STAGES, LAYOUT, BIAS == 1>(p);
 }
 
 // One block of 256 threads per group (a grid-stride loop over the groups): the group's chunk records merged
-// exactly (merged_group_stats), then its channels' constants. Groups of many records are merged in parts by two
-// launches (Params::finalize_stage): kFinalizeParts takes one block per (group, part) and writes the part's record,
-// kFinalizeMerge one block per group that adds its parts' records and goes on as kFinalizeWhole. One call of
-// merged_group_stats serves every stage (its big-integer path inlined once).
+// exactly (merged_group_stats), then its channels' constants. Groups of many records are merged in parts
+// (Params::finalize_stage): by two launches, kFinalizeParts taking one block per (group, part) that writes the part's
+// record and kFinalizeMerge one block per group that adds its parts' records and goes on as kFinalizeWhole; or by one
+// launch, kFinalizeAtomic, whose block per (group, part) adds the part's record into the group's accumulator with
+// integer atomics, the last to arrive going on from the accumulated record. One call of merged_group_stats serves
+// every stage and step (its big-integer path inlined once).
 template <int XT, int LAYOUT>
 // One block a multiprocessor at least (kPartials, 1): without it, NVRTC for sm_100, sm_103 and sm_110 gave this kernel
 // 64 registers and an 8-byte stack once its fallback read x with the input bias.
 __global__ void __launch_bounds__(kPartials, 1) finalize(const Params p) {
   __shared__ MergeShared sh;
+  __shared__ i64 part[exact::kRecordWords];  // kFinalizeAtomic: the part's record, then the group's
+  __shared__ int last;                       // kFinalizeAtomic: this block is the group's last part to arrive
   allow_next_kernel();
   wait_for_previous_kernel();
   const i64 count = p.chunks_per_group;
   i64* const given = static_cast<i64*>(p.group_stats);
   i64* const parts = static_cast<i64*>(p.part_records);
-  const bool in_parts = p.finalize_stage == kFinalizeParts;
+  const bool atomic = p.finalize_stage == kFinalizeAtomic;
+  const bool in_parts = p.finalize_stage == kFinalizeParts || atomic;
   const bool from_parts = p.finalize_stage == kFinalizeMerge;
   const i64 per_group = in_parts ? p.parts_per_group : 1;
   const i64 items = p.groups_total * per_group;
+  const int t = static_cast<int>(threadIdx.x);
   for (i64 item = blockIdx.x; item < items; item += gridDim.x) {
     const i64 group = in_parts ? item / per_group : item;
     const i64 first = in_parts ? (item - group * per_group) * p.part_chunks : 0;
@@ -146,28 +160,59 @@ __global__ void __launch_bounds__(kPartials, 1) finalize(const Params p) {
     const exact::ChunkRecord* records = static_cast<const exact::ChunkRecord*>(p.records) + group * count + first;
     const i64 sample = group / p.g;
     const i64 first_channel = (group - sample * p.g) * p.channels_per_group;
-    const bool constants = !in_parts && p.stats_mode != kStatsWrite;
-    // The thread's first channel's weight and bias, loaded now so that their latency passes during the merge.
-    const i64 k0 = threadIdx.x;
-    const bool has_k0 = constants && k0 < p.channels_per_group;
-    const double weight0 = has_k0 ? load_parameter(p.weight, p.weight_dtype, first_channel + k0, 1.0) : 1.0;
-    const double bias0 = has_k0 ? load_parameter(p.bias, p.bias_dtype, first_channel + k0, 0.0) : 0.0;
-    // Out: a part's record, or the caller's (kStatsWrite). In: the caller's record (kStatsRead: statistics of merged
-    // regions), or the group's parts.
-    i64* const record_out = in_parts ? parts + item * exact::kRecordWords
-                            : p.stats_mode == kStatsWrite ? given + group * exact::kRecordWords
+    // Step 0 merges this block's records; step 1 (kFinalizeAtomic, the group's last part to arrive) rounds the
+    // group's accumulated record.
+    for (int step = 0; step < 2; ++step) {
+      const bool whole = !in_parts || step == 1;  // the group's statistics (or record) are this step's result
+      const bool constants = whole && p.stats_mode != kStatsWrite;
+      // The thread's first channel's weight and bias, loaded now so that their latency passes during the merge.
+      const i64 k0 = t;
+      const bool has_k0 = constants && k0 < p.channels_per_group;
+      const double weight0 = has_k0 ? load_parameter(p.weight, p.weight_dtype, first_channel + k0, 1.0) : 1.0;
+      const double bias0 = has_k0 ? load_parameter(p.bias, p.bias_dtype, first_channel + k0, 0.0) : 0.0;
+      // Out: a part's record, or the caller's (kStatsWrite). In: the caller's record (kStatsRead: statistics of merged
+      // regions), the group's parts, or its accumulated record (step 1).
+      i64* const record_out = !whole                      ? (atomic ? part : parts + item * exact::kRecordWords)
+                              : p.stats_mode == kStatsWrite ? given + group * exact::kRecordWords
                                                           : nullptr;
-    const i64* const record_in = p.stats_mode == kStatsRead ? given + group * exact::kRecordWords
-                                 : from_parts ? parts + group * p.parts_per_group * exact::kRecordWords
-                                              : nullptr;
-    const GroupStats s = merged_group_stats<XT, LAYOUT, kPartials, 3>(
-        p, group, n, [&](i64 j) { return records[j]; }, sh, record_out, record_in,
-        from_parts && p.stats_mode != kStatsRead ? p.parts_per_group : 1, first);
-    if (!constants) continue;
-    RowConstants* rows = static_cast<RowConstants*>(p.rows);
-    if (has_k0) rows[sample * p.c + first_channel + k0] = row_constants(s, weight0, bias0);
-    for (i64 k = k0 + kPartials; k < p.channels_per_group; k += kPartials) {
-      rows[sample * p.c + first_channel + k] = channel_constants(p, s, first_channel + k);
+      const i64* const record_in = p.stats_mode == kStatsRead ? given + group * exact::kRecordWords
+                                   : from_parts ? parts + group * p.parts_per_group * exact::kRecordWords
+                                   : step == 1  ? part
+                                                : nullptr;
+      const GroupStats s = merged_group_stats<XT, LAYOUT, kPartials, 3>(
+          p, group, step == 1 ? 0 : n, [&](i64 j) { return records[j]; }, sh, record_out, record_in,
+          from_parts && p.stats_mode != kStatsRead ? p.parts_per_group : 1, first);
+      if (atomic && step == 0) {
+        // The part's normalized record (in `part` for every thread now) into the group's accumulator: integer
+        // additions, so the sum does not depend on the order in which the parts arrive; 2^31 normalized records may
+        // be added before a limb could overflow, and a group has at most a few hundred parts.
+        unsigned long long* const acc =
+            reinterpret_cast<unsigned long long*>(parts + group * exact::kRecordWords);
+        if (t < exact::kRecordWords) {
+          if (part[t] != 0) atomicAdd(acc + t, static_cast<unsigned long long>(part[t]));
+          __threadfence();  // the additions reach the device before the arrival is counted
+        }
+        __syncthreads();
+        if (t == 0) {
+          unsigned* const arrivals = reinterpret_cast<unsigned*>(parts + p.groups_total * exact::kRecordWords);
+          last = atomicAdd(arrivals + group, 1u) + 1u == static_cast<unsigned>(p.parts_per_group) ? 1 : 0;
+        }
+        __syncthreads();
+        if (last == 0) break;  // `last` is read by every thread before thread 0 may write it again
+        __threadfence();
+        // The accumulated record, read through the device's atomics (never a cached copy).
+        if (t < exact::kRecordWords) part[t] = static_cast<i64>(atomicAdd(acc + t, 0ull));
+        __syncthreads();
+        continue;
+      }
+      if (constants) {
+        RowConstants* rows = static_cast<RowConstants*>(p.rows);
+        if (has_k0) rows[sample * p.c + first_channel + k0] = row_constants(s, weight0, bias0);
+        for (i64 k = k0 + kPartials; k < p.channels_per_group; k += kPartials) {
+          rows[sample * p.c + first_channel + k] = channel_constants(p, s, first_channel + k);
+        }
+      }
+      break;
     }
   }
 }

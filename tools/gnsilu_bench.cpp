@@ -3,6 +3,7 @@
 //   gnsilu-bench shapes   [--shapes 1x512x128x128,...|--preset flux|layouts] [--dtypes bf16,fp16] [--groups 32]
 //                         [--repeats 30] [--paths split,fused] [--configs e16w8s2p4,...] [--layouts nchw,nhwc]
 //                         [--activations silu,none] [--tile-slice 16|32|64] [--parts-from RECORDS]
+//                         [--finalize-atomic]
 //       For each shape, dtype, layout and activation, in one run on the same tensors: a device-to-device copy of
 //       x (the floor), gnsilu as an application sees it (tuned on first use, through the cache), the default
 //       configuration, and every candidate configuration timed by hand; CUDA events, L2 flushed before every
@@ -11,7 +12,8 @@
 //       copy; with both layouts, a last table of each shape's channels-last ratio next to its channel-major one.
 //       --tile-slice forces the bytes per pixel of the channels-last statistics tiles (an experiment knob; the
 //       library chooses). --parts-from merges every group of at least RECORDS chunk records (1024 elements each)
-//       in parts, whatever the number of groups (the rule of plan.cpp's finalize_parts, timed).
+//       in parts, whatever the number of groups (the rule of plan.cpp's finalize_parts, timed); --finalize-atomic
+//       merges groups in parts by one launch with atomics instead of two (kFinalizeAtomic, parts of 256 records).
 //   gnsilu-bench after    [the options of shapes; --paths takes its first path, split by default]
 //       Each configuration timed right after one untimed run of a predecessor (a copy of x, or each configuration,
 //       itself included): how much what ran just before changes a call's time (docs/PERFORMANCE.md, "Tuning and
@@ -84,6 +86,7 @@ struct Args {
   std::vector<gnsilu::Activation> activations = {gnsilu::Activation::SiLU};
   int tile_slice = 0;
   long long parts_from = 0;
+  bool finalize_atomic = false;
 };
 
 // The shapes of the layouts benchmark (docs/PERFORMANCE.md): VAE channel counts with 32 groups (4, 8 and 16
@@ -187,6 +190,8 @@ Args parse(int argc, char** argv) {
     } else if (arg == "--parts-from") {
       a.parts_from = std::stoll(value());
       if (a.parts_from < 1) throw std::runtime_error("--parts-from: a number of chunk records, at least 1");
+    } else if (arg == "--finalize-atomic") {
+      a.finalize_atomic = true;
     } else if (arg == "--tile-slice") {
       a.tile_slice = std::stoi(value());
       if (a.tile_slice != 16 && a.tile_slice != 32 && a.tile_slice != 64) throw std::runtime_error("--tile-slice: 16, 32 or 64");
@@ -279,6 +284,8 @@ int run_shapes(const Args& a) {
   gd::force_tile_slice_bytes(a.tile_slice);
   if (a.parts_from != 0) std::printf("finalize in parts forced for groups of %lld records and more\n", a.parts_from);
   gd::force_finalize_parts_from(a.parts_from);
+  if (a.finalize_atomic) std::printf("groups in parts merged by one launch with atomics\n");
+  gd::force_finalize_atomic(a.finalize_atomic);
   gt::EventTimer timer(gpu.context(), static_cast<std::size_t>(dev.l2_bytes));
   json rows = json::array();
   std::vector<std::string> lines;
@@ -376,6 +383,7 @@ int run_shapes(const Args& a) {
         for (gnsilu::Layout layout : a.layouts) bench(shape, dtype, layout, activation);
   gd::force_tile_slice_bytes(0);
   gd::force_finalize_parts_from(0);
+  gd::force_finalize_atomic(false);
   std::printf("\n%-18s %-5s %-7s %7s %8s %9s %7s %9s %9s %-14s %7s %-8s %s\n", "shape", "dtype", "layout", "MiB",
               "copy us", "gnsilu us", "/copy", "default", "best hand", "best config", "GB/s", "path",
               "other paths (best by hand, us)");

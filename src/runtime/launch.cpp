@@ -89,15 +89,23 @@ void launch_call(const Call& call, const LaunchConfig& config) {
     launch_kernel(d, kernels.kernel(biased ? kStatsBiased : kStats), plan.stats_blocks, plan.threads, stream, p,
                   "cuLaunchKernel(chunk_stats)", false, plan.stats_shared_bytes);
   }
-  if (call.stats_mode != kernel::kStatsRead && p.parts_per_group > 1) {
-    // A group of many records: its parts merged by a block each first (gnsilu_params.cuh: kFinalizeParts).
-    p.finalize_stage = kernel::kFinalizeParts;
+  if (call.stats_mode != kernel::kStatsRead && p.zero_words > 0) {
+    // A group of many records in one launch: a block a part, the parts added by atomics into accumulators that
+    // chunk_stats zeroed (gnsilu_params.cuh: kFinalizeAtomic).
+    p.finalize_stage = kernel::kFinalizeAtomic;
     launch_kernel(d, kernels.kernel(kFinalize), plan.finalize_part_blocks, plan.finalize_threads, stream, p,
-                  "cuLaunchKernel(finalize, parts)", overlap);
-    p.finalize_stage = kernel::kFinalizeMerge;
+                  "cuLaunchKernel(finalize, atomic parts)", overlap);
+  } else {
+    if (call.stats_mode != kernel::kStatsRead && p.parts_per_group > 1) {
+      // A group of many records: its parts merged by a block each first (gnsilu_params.cuh: kFinalizeParts).
+      p.finalize_stage = kernel::kFinalizeParts;
+      launch_kernel(d, kernels.kernel(kFinalize), plan.finalize_part_blocks, plan.finalize_threads, stream, p,
+                    "cuLaunchKernel(finalize, parts)", overlap);
+      p.finalize_stage = kernel::kFinalizeMerge;
+    }
+    launch_kernel(d, kernels.kernel(kFinalize), plan.finalize_blocks, plan.finalize_threads, stream, p,
+                  "cuLaunchKernel(finalize)", overlap && call.stats_mode != kernel::kStatsRead);
   }
-  launch_kernel(d, kernels.kernel(kFinalize), plan.finalize_blocks, plan.finalize_threads, stream, p,
-                "cuLaunchKernel(finalize)", overlap && call.stats_mode != kernel::kStatsRead);
   p.finalize_stage = kernel::kFinalizeWhole;
   if (call.stats_mode != kernel::kStatsWrite && g.padded()) {
     launch_kernel(d, kernels.kernel(kApplyPadded), plan.padded_blocks, kPaddedThreads, stream, p,

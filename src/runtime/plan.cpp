@@ -25,6 +25,7 @@ constexpr int kTileSliceBytes[] = {32, 16};
 
 std::atomic<int> forced_slice_bytes{0};
 std::atomic<int64_t> forced_parts_from{0};
+std::atomic<bool> forced_atomic{false};
 
 // finalize in parts (finalize_parts): groups of at least kPartsFrom chunk records, in calls of at most kPartsMaxGroups
 // groups, are merged in parts of about kPartChunks records (two a thread of finalize's block), at most kMaxParts a
@@ -35,6 +36,9 @@ constexpr int64_t kPartsFrom = 16384;
 constexpr int64_t kPartsMaxGroups = 4;
 constexpr int64_t kPartChunks = 512;
 constexpr int64_t kMaxParts = 256;
+// One launch with atomics (force_finalize_atomic): parts of one record a thread of finalize's block, so that a part's
+// loads are one wave with no chain of additions behind them.
+constexpr int64_t kAtomicPartChunks = 256;
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -66,6 +70,7 @@ int fused_width(const Geometry& g, const Addresses& a) {
 
 void force_tile_slice_bytes(int bytes) { forced_slice_bytes.store(bytes); }
 void force_finalize_parts_from(int64_t records) { forced_parts_from.store(records); }
+void force_finalize_atomic(bool on) { forced_atomic.store(on); }
 
 Geometry make_geometry(std::span<const int64_t> shape, int64_t num_groups, Layout layout) {
   if (shape.data() == nullptr && !shape.empty()) throw_invalid("shape", "is null");
@@ -200,11 +205,22 @@ FinalizeParts finalize_parts(const Geometry& g) {
   const int64_t forced = forced_parts_from.load();
   const bool in_parts = forced > 0 ? g.chunks_per_group >= forced
                                    : g.chunks_per_group >= kPartsFrom && g.groups_total <= kPartsMaxGroups;
-  if (!in_parts) return {1, g.chunks_per_group};
-  const int64_t wanted = std::min(ceil_div(g.chunks_per_group, kPartChunks), kMaxParts);
+  if (!in_parts) return {1, g.chunks_per_group, false};
+  const bool atomic = forced_atomic.load();
+  const int64_t wanted = std::min(ceil_div(g.chunks_per_group, atomic ? kAtomicPartChunks : kPartChunks), kMaxParts);
   const int64_t chunks = ceil_div(g.chunks_per_group, wanted);
-  return {ceil_div(g.chunks_per_group, chunks), chunks};  // every part holds at least one record
+  const int64_t parts = ceil_div(g.chunks_per_group, chunks);  // every part holds at least one record
+  // A group of one part needs no merge of parts (one block a group, as below the rule).
+  return {parts, chunks, atomic && parts > 1};
 }
+
+namespace {
+// kFinalizeAtomic's words in the workspace, which chunk_stats zeroes: an accumulator (exact::Record) a group, then a
+// 32-bit arrival counter a group.
+int64_t atomic_words(const Geometry& g) {
+  return g.groups_total * exact::kRecordWords + ceil_div(g.groups_total * 4, 8);
+}
+}  // namespace
 
 kernel::Params params_of(const Geometry& g) {
   kernel::Params p{};
@@ -223,31 +239,34 @@ kernel::Params params_of(const Geometry& g) {
   const FinalizeParts parts = finalize_parts(g);
   p.parts_per_group = parts.parts;
   p.part_chunks = parts.chunks;
+  p.zero_words = parts.atomic ? atomic_words(g) : 0;
   return p;
 }
 
 namespace {
-// The split path's workspace: chunk records, then row constants, then (finalize in parts: `parts` a group, from
-// finalize_parts) the parts' records.
+// The split path's workspace: chunk records, then row constants, then (finalize in parts, from finalize_parts) the
+// parts' records (`parts` a group), or with atomics each group's accumulator and arrival counter (atomic_words).
 struct WorkspaceLayout {
   std::size_t rows_offset = 0;
   std::size_t parts_offset = 0;
   std::size_t bytes = 0;
 };
-WorkspaceLayout workspace_layout(const Geometry& g, int64_t parts) {
+WorkspaceLayout workspace_layout(const Geometry& g, const FinalizeParts& parts) {
   WorkspaceLayout w;
   if (g.numel == 0) return w;
   w.rows_offset = round_up(static_cast<std::size_t>(g.chunks_total) * sizeof(exact::ChunkRecord), kAlign);
   const std::size_t rows = static_cast<std::size_t>(g.n * g.c) * sizeof(math::RowConstants);
   w.parts_offset = round_up(w.rows_offset + rows, kAlign);
   const std::size_t part_records =
-      parts > 1 ? static_cast<std::size_t>(g.groups_total * parts) * sizeof(exact::Record) : 0;
+      parts.atomic     ? static_cast<std::size_t>(atomic_words(g)) * sizeof(int64_t)
+      : parts.parts > 1 ? static_cast<std::size_t>(g.groups_total * parts.parts) * sizeof(exact::Record)
+                        : 0;
   w.bytes = round_up(w.parts_offset + part_records, kAlign);
   return w;
 }
 }  // namespace
 
-std::size_t split_workspace_bytes(const Geometry& g) { return workspace_layout(g, finalize_parts(g).parts).bytes; }
+std::size_t split_workspace_bytes(const Geometry& g) { return workspace_layout(g, finalize_parts(g)).bytes; }
 
 bool vectorizable(const Geometry& g, const Addresses& a) {
   const int64_t row = g.layout == Layout::ChannelsLast ? g.c : g.s;
@@ -350,7 +369,7 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path path, int sms
                                 : math::padded_tiling(g.pad, g.n * g.c, staged).tiles;
     plan.padded_blocks = static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t{8} * sms));
   }
-  const WorkspaceLayout w = workspace_layout(g, p.parts_per_group);
+  const WorkspaceLayout w = workspace_layout(g, FinalizeParts{p.parts_per_group, p.part_chunks, p.zero_words > 0});
   plan.rows_offset = w.rows_offset;
   plan.parts_offset = w.parts_offset;
   plan.workspace = w.bytes;

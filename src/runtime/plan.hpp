@@ -75,15 +75,19 @@ struct Plan {
   std::size_t workspace = 0;      // bytes the plan needs
   std::size_t rows_offset = 0;    // where the per-row constants start in the workspace
   unsigned finalize_part_blocks = 0;  // finalize in parts (params.parts_per_group > 1): its first launch's blocks
-  std::size_t parts_offset = 0;   // where the parts' records start in the workspace
+                                      // (its only launch where params.zero_words > 0: kFinalizeAtomic)
+  std::size_t parts_offset = 0;   // where the parts' records (or kFinalizeAtomic's accumulators) start in the workspace
 };
 
 // How finalize merges a group's chunk records: in `parts` parts of `chunks` records (the last may hold fewer), each
-// merged by a block of its own before one block a group adds the parts' records; 1 part (the whole group) below 16384
-// records a group or in calls of more than 4 groups. Exact integer additions: the parts change no bit.
+// merged by a block of its own before one block a group adds the parts' records (two launches), or, `atomic`, before
+// the part's block adds its record into the group's accumulator with integer atomics and the last to arrive rounds
+// (one launch: kernel::kFinalizeAtomic); 1 part (the whole group) below 16384 records a group or in calls of more than
+// 4 groups. Exact integer additions: neither the parts nor the order of their arrival changes a bit.
 struct FinalizeParts {
   int64_t parts = 1;
   int64_t chunks = 0;
+  bool atomic = false;
 };
 FinalizeParts finalize_parts(const Geometry& geometry);
 
@@ -119,5 +123,9 @@ void force_tile_slice_bytes(int bytes);
 // Finalize in parts for every group of at least `records` chunk records, whatever the call's number of groups (tests
 // take the parts' boundaries on small tensors; gnsilu-bench times the rule); 0 restores the library's rule.
 void force_finalize_parts_from(int64_t records);
+// Groups merged in parts take one launch with atomics (kernel::kFinalizeAtomic, parts of 256 records) instead of two
+// launches, while `on` (tests take it on the GPU; gnsilu-bench times it); false restores the library's rule. Not
+// thread-safe against concurrent calls.
+void force_finalize_atomic(bool on);
 
 }  // namespace gnsilu::detail

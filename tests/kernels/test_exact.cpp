@@ -483,6 +483,46 @@ TEST_CASE("chunk records of many chunks merge through thread sums and warp-style
   CHECK(same(through, record_of(all)));
 }
 
+TEST_CASE("big_field reads the bits a bit-by-bit walk reads, at every offset and width") {
+  // The rounding from a record takes its top 106 bits as two 53-bit fields (big_to_dd); big_field reads each from
+  // the three limbs that hold it. Oracle: the bits one at a time, those below bit 0 and above the limbs in use zero.
+  namespace ex = gnsilu::exact;
+  const auto oracle = [](const ex::Big& b, int k, int count) {
+    uint64_t v = 0;
+    for (int i = count - 1; i >= 0; --i) {
+      const int bit = k + i;
+      const uint64_t one = bit >= 0 && (bit >> 5) < b.n ? (b.d[bit >> 5] >> (bit & 31)) & 1u : 0u;
+      v = (v << 1) | one;
+    }
+    return v;
+  };
+  std::mt19937_64 random(29);
+  int fields = 0, differ = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    ex::Big b;
+    ex::big_zero(b);
+    b.n = 1 + static_cast<int>(random() % ex::kBigLimbs);
+    for (int i = 0; i < b.n; ++i) {
+      const uint64_t r = random();
+      // Runs of ones and zeros as well as random words: carries and masks show at the limbs' edges.
+      b.d[i] = trial % 3 == 0 ? 0xFFFFFFFFu : trial % 3 == 1 ? static_cast<uint32_t>(r) : static_cast<uint32_t>(r & (r >> 7));
+    }
+    ex::big_trim(b);
+    const int top = 32 * b.n;
+    for (int k = -70; k <= top + 2; k += 1 + static_cast<int>(random() % 5)) {
+      for (const int count : {1, 31, 32, 33, 53, 63, 64}) {
+        ++fields;
+        if (ex::big_field(b, k, count) != oracle(b, k, count)) {
+          ++differ;
+          FAIL_CHECK("limbs " << b.n << ", bits [" << k << ", " << k + count << ")");
+        }
+      }
+    }
+  }
+  MESSAGE(fields << " fields read");
+  CHECK(differ == 0);
+}
+
 TEST_CASE("the rounding decided from the double-double estimate is the exact one, and undecided cases fall back") {
   // Every record: moments() with the estimate and without it (big integers only) give the same bits.
   std::mt19937_64 random(17);

@@ -240,6 +240,63 @@ TEST_CASE("finalize merges groups of 16384 records and more in parts in calls of
   gnsilu::detail::force_finalize_parts_from(0);
 }
 
+TEST_CASE("finalize in parts with atomics: one launch, parts of 256 records, the accumulators and counters zeroed by "
+          "chunk_stats within the workspace") {
+  using gnsilu::detail::finalize_parts;
+  struct Case {
+    std::vector<int64_t> dims;
+    int64_t groups;
+    int64_t parts;
+    int64_t chunks;
+    bool atomic;
+    int64_t forced_from;
+  };
+  const Case cases[] = {
+      {{1, 16384, 1024}, 1, 64, 256, true, 0},       // the library's rule, with atomics: 64 parts of 256
+      {{1, 64, 1024, 1024}, 1, 256, 256, true, 0},   // 2^26 elements: 65536 records, 256 parts
+      {{1, 1, int64_t{1} << 31}, 1, 256, 8192, true, 0},  // 2^21 records: still at most 256 parts
+      {{1, 4096, 1024}, 1, 1, 4096, false, 0},       // below the rule: one block a group, no atomics
+      {{1, 3, 1000, 1000}, 1, 12, 245, true, 2048},  // 2931 records: 12 parts, the last of 236
+      {{4, 128, 1024, 1024}, 32, 16, 256, true, 2048},  // 128 groups of 4096 records
+      {{1, 200, 1024}, 1, 1, 200, false, 1},         // forced from 1 record, but one part: no atomics
+  };
+  gnsilu::detail::force_finalize_atomic(true);
+  for (const Case& c : cases) {
+    CAPTURE(c.dims[1]);
+    CAPTURE(c.forced_from);
+    gnsilu::detail::force_finalize_parts_from(c.forced_from);
+    const Geometry g = make_geometry(c.dims, c.groups);
+    const auto parts = finalize_parts(g);
+    CHECK(parts.parts == c.parts);
+    CHECK(parts.chunks == c.chunks);
+    CHECK(parts.atomic == c.atomic);
+    CHECK((parts.parts - 1) * parts.chunks < g.chunks_per_group);
+    CHECK(parts.parts * parts.chunks >= g.chunks_per_group);
+    const Plan plan = make_plan(g, gnsilu::default_config(Path::Split), Path::Split, 132);
+    CHECK(plan.params.parts_per_group == parts.parts);
+    CHECK(plan.params.part_chunks == parts.chunks);
+    CHECK(plan.params.finalize_stage == gnsilu::kernel::kFinalizeWhole);  // launch.cpp sets the stage per launch
+    if (c.atomic) {
+      // An accumulator (32 words) and a 32-bit counter a group, zeroed by chunk_stats, inside the workspace.
+      const int64_t words = g.groups_total * 32 + (g.groups_total * 4 + 7) / 8;
+      CHECK(plan.params.zero_words == words);
+      CHECK(static_cast<int64_t>(plan.finalize_part_blocks) == g.groups_total * parts.parts);
+      CHECK(plan.parts_offset % 256 == 0);
+      CHECK(plan.parts_offset >= plan.rows_offset + static_cast<std::size_t>(g.n * g.c) * 16);
+      CHECK(plan.workspace >= plan.parts_offset + static_cast<std::size_t>(words) * 8);
+    } else {
+      CHECK(plan.params.zero_words == 0);
+    }
+    CHECK(plan.workspace == gnsilu::workspace_size(c.dims, c.groups));
+  }
+  gnsilu::detail::force_finalize_atomic(false);
+  gnsilu::detail::force_finalize_parts_from(0);
+  // Off again: the library's rule takes two launches (no words to zero).
+  const Geometry g = make_geometry(std::vector<int64_t>{1, 16384, 1024}, 1);
+  CHECK_FALSE(finalize_parts(g).atomic);
+  CHECK(make_plan(g, gnsilu::default_config(Path::Split), Path::Split, 132).params.zero_words == 0);
+}
+
 TEST_CASE("16-byte vectors need aligned pointers and rows of a multiple of 8 elements") {
   alignas(16) static unsigned char buffer[64];
   const Geometry aligned = make_geometry(std::vector<int64_t>{1, 4, 16}, 2);

@@ -3,7 +3,7 @@
 # build travels; the tests are run directly because ctest's files hold the build machine's paths). Logs go
 # under $OUT (default /tmp/gnsilu-gpu); a summary is printed last.
 # Usage: gpu_tests.sh [build] [tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|decodes-large|
-#                              pass|bench-compare OLD|all]
+#                              pass|bench-compare OLD|finalize-compare|all]
 # decodes, decodes-large and pass need diffusers: carry its wheel and importlib_metadata's in .whl/ (installed into
 # /tmp/gnsilu-site). pass takes its cases from GNSILU_PASS_CASES (default flux-512,flux-1024,hunyuan-video), its modes
 # from GNSILU_PASS_MODES (compile,compile+pass,compile+gnsilu; compile+pass+allreaders times the pass without its reader
@@ -14,8 +14,8 @@ set -u
 build=${1:-build}
 what=${2:-all}
 case "$what" in
-  tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|decodes-large|pass|bench-compare|all) ;;
-  *) echo "gpu_tests: unknown step '$what' (tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|decodes-large|pass|bench-compare|all)" >&2
+  tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|decodes-large|pass|bench-compare|finalize-compare|all) ;;
+  *) echo "gpu_tests: unknown step '$what' (tests|system|sanitize|python|peers|bench|layouts|profile|wheel|decodes|decodes-large|pass|bench-compare|finalize-compare|all)" >&2
      exit 2;;
 esac
 out=${OUT:-/tmp/gnsilu-gpu}
@@ -250,6 +250,48 @@ for key, v in sorted(rows.items(), key=lambda kv: str(kv[0])):
 for (dtype, what), ratios in sorted(by_what.items()):
     print(f"{dtype} {what}: {len(ratios)} rows, after/before median {statistics.median(ratios):.3f}, "
           f"min {min(ratios):.3f}, max {max(ratios):.3f}")
+PY
+fi
+if [ "$what" = finalize-compare ]; then
+  # How finalize merges a group's records, in one run: the library's rule ("rule"), parts by two launches from
+  # GNSILU_PARTS_FROM records ("launches", default 512) and parts by one launch with atomics ("atomic"), each in a
+  # process of its own, alternating, two rounds, untuned (e16 w4 s2 p8), over GNSILU_COMPARE_SHAPES with
+  # GNSILU_COMPARE_GROUPS groups (default: 32 groups of 64, 256, 4096 and 16384 records; for one group,
+  # GNSILU_COMPARE_GROUPS=1 GNSILU_COMPARE_SHAPES=1x1x4096x4096,1x64x1024x1024) in GNSILU_COMPARE_DTYPES (bf16,fp16)
+  # and GNSILU_COMPARE_LAYOUTS (nchw,nhwc).
+  # The table: each call's median ratio to the copy of the same bytes in the same process, and to the rule's.
+  from=${GNSILU_PARTS_FROM:-512}
+  for round in 1 2; do
+    for who in rule launches atomic; do
+      forced=()
+      [ "$who" = launches ] && forced=(--parts-from "$from")
+      [ "$who" = atomic ] && forced=(--parts-from "$from" --finalize-atomic)
+      GNSILU_TUNE=off GNSILU_CACHE=/tmp/gnsilu-cache/finalize-$who.sqlite "$build/tools/gnsilu-bench" shapes \
+        --shapes "${GNSILU_COMPARE_SHAPES:-1x512x64x64,1x512x128x128,1x128x1024x1024,4x128x1024x1024,1x32x4096x4096}" \
+        --groups "${GNSILU_COMPARE_GROUPS:-32}" --paths split --configs e16w4s2p8 "${forced[@]}" \
+        --layouts "${GNSILU_COMPARE_LAYOUTS:-nchw,nhwc}" --dtypes "${GNSILU_COMPARE_DTYPES:-bf16,fp16}" \
+        --json "$out/finalize-$who-$round.json" > "$out/finalize-$who-$round.log" 2>&1
+      record "gnsilu-bench finalize $who (round $round)" "$?"
+    done
+  done
+  python3 - "$out" <<'PY'
+import json, sys, glob, statistics
+out = sys.argv[1]
+whos = ("rule", "launches", "atomic")
+rows = {}  # (shape, layout, dtype) -> who -> [(us, ratio to the copy)]
+for who in whos:
+    for f in sorted(glob.glob(f"{out}/finalize-{who}-*.json")):
+        for r in json.load(open(f)):
+            rows.setdefault((r["shape"], r["layout"], r["dtype"]), {}).setdefault(who, []).append(
+                (r["gnsilu_us"], r["gnsilu_us"] / r["copy_us"]))
+print(f"{'shape':<20} {'layout':<6} {'dtype':<5}" + "".join(f" {w + ' us':>12} {'/copy':>6}" for w in whos)
+      + f" {'atomic/rule':>11}")
+for key, v in sorted(rows.items(), key=lambda kv: str(kv[0])):
+    if not all(w in v for w in whos):
+        continue
+    med = {w: (statistics.median(u for u, _ in v[w]), statistics.median(r for _, r in v[w])) for w in whos}
+    print(f"{key[0]:<20} {key[1]:<6} {key[2]:<5}" + "".join(f" {med[w][0]:12.1f} {med[w][1]:6.3f}" for w in whos)
+          + f" {med['atomic'][0] / med['rule'][0]:11.3f}")
 PY
 fi
 printf '\n'
