@@ -12,8 +12,9 @@
 //       copy; with both layouts, a last table of each shape's channels-last ratio next to its channel-major one.
 //       --tile-slice forces the bytes per pixel of the channels-last statistics tiles (an experiment knob; the
 //       library chooses). --parts-from merges every group of at least RECORDS chunk records (1024 elements each)
-//       in parts, whatever the number of groups (the rule of plan.cpp's finalize_parts, timed); --finalize-atomic
-//       merges groups in parts by one launch with atomics instead of two (kFinalizeAtomic, parts of 256 records).
+//       in parts of 512 by two launches, whatever the number of groups (plan.cpp's finalize_parts); with
+//       --finalize-atomic, those parts take one launch with atomics (kFinalizeAtomic, parts of 256 records, as the
+//       library's rule does from 16384 records in calls of at most 4 groups).
 //   gnsilu-bench after    [the options of shapes; --paths takes its first path, split by default]
 //       Each configuration timed right after one untimed run of a predecessor (a copy of x, or each configuration,
 //       itself included): how much what ran just before changes a call's time (docs/PERFORMANCE.md, "Tuning and

@@ -28,17 +28,19 @@ std::atomic<int64_t> forced_parts_from{0};
 std::atomic<bool> forced_atomic{false};
 
 // finalize in parts (finalize_parts): groups of at least kPartsFrom chunk records, in calls of at most kPartsMaxGroups
-// groups, are merged in parts of about kPartChunks records (two a thread of finalize's block), at most kMaxParts a
-// group. Measured on an H100 (docs/PERFORMANCE.md, "Finalize in parts"): one group of 16384 records 90 -> 73 us in
-// bf16, of 65536 records 344 -> 191 us, four of 16384 214 -> 188 us; but one group of 4096 records 36 -> 45 us, and 32
-// and 128 groups of 4096 records 3% slower.
+// groups, are merged in parts of about kAtomicPartChunks records (one a thread of finalize's block, so that a part's
+// loads are one wave with no chain of additions behind them), at most kMaxParts a group, by one launch with atomics.
+// Measured on an H100 (docs/PERFORMANCE.md, "Finalize"), bf16, against parts of 512 by two launches: one group of
+// 16384 records 64.7 -> 63.0 us, of 65536 181.4 -> 179.1, of 262144 615.6 -> 611.6, four of 16384 178.6 -> 177.1;
+// and the two launches against one block a group, earlier: 90 -> 73 us at one group of 16384 records. Below the
+// threshold parts do not pay: one group of 4096 records 36.3 us in one block, 36.5 with atomics, 37.9 by two launches;
+// 32 groups of 4096 records 327.9, 329.5 and 329.3. Forced parts (force_finalize_parts_from) take kPartChunks records
+// a part and two launches unless force_finalize_atomic.
 constexpr int64_t kPartsFrom = 16384;
 constexpr int64_t kPartsMaxGroups = 4;
 constexpr int64_t kPartChunks = 512;
-constexpr int64_t kMaxParts = 256;
-// One launch with atomics (force_finalize_atomic): parts of one record a thread of finalize's block, so that a part's
-// loads are one wave with no chain of additions behind them.
 constexpr int64_t kAtomicPartChunks = 256;
+constexpr int64_t kMaxParts = 256;
 
 std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -206,7 +208,7 @@ FinalizeParts finalize_parts(const Geometry& g) {
   const bool in_parts = forced > 0 ? g.chunks_per_group >= forced
                                    : g.chunks_per_group >= kPartsFrom && g.groups_total <= kPartsMaxGroups;
   if (!in_parts) return {1, g.chunks_per_group, false};
-  const bool atomic = forced_atomic.load();
+  const bool atomic = forced == 0 || forced_atomic.load();
   const int64_t wanted = std::min(ceil_div(g.chunks_per_group, atomic ? kAtomicPartChunks : kPartChunks), kMaxParts);
   const int64_t chunks = ceil_div(g.chunks_per_group, wanted);
   const int64_t parts = ceil_div(g.chunks_per_group, chunks);  // every part holds at least one record

@@ -80,10 +80,11 @@ struct Plan {
 };
 
 // How finalize merges a group's chunk records: in `parts` parts of `chunks` records (the last may hold fewer), each
-// merged by a block of its own before one block a group adds the parts' records (two launches), or, `atomic`, before
-// the part's block adds its record into the group's accumulator with integer atomics and the last to arrive rounds
-// (one launch: kernel::kFinalizeAtomic); 1 part (the whole group) below 16384 records a group or in calls of more than
-// 4 groups. Exact integer additions: neither the parts nor the order of their arrival changes a bit.
+// merged by a block of its own before the part's block adds its record into the group's accumulator with integer
+// atomics and the last to arrive rounds (`atomic`: one launch, kernel::kFinalizeAtomic), or before one block a group
+// adds the parts' records (two launches; only where forced, below). The library's rule: parts of 256 records from 16384
+// records a group in calls of at most 4 groups, else 1 part (the whole group). Exact integer additions: neither the
+// parts nor the order of their arrival changes a bit.
 struct FinalizeParts {
   int64_t parts = 1;
   int64_t chunks = 0;
@@ -120,12 +121,13 @@ inline bool vectorizable(const Geometry& geometry, const void* x, const void* y)
 // Bytes per pixel of a channels-last statistics tile's slice (16, 32 or 64): tests and gnsilu-bench may force
 // one; 0 restores the library's choice. Not thread-safe against concurrent calls.
 void force_tile_slice_bytes(int bytes);
-// Finalize in parts for every group of at least `records` chunk records, whatever the call's number of groups (tests
-// take the parts' boundaries on small tensors; gnsilu-bench times the rule); 0 restores the library's rule.
+// Finalize in parts of 512 records by two launches for every group of at least `records` chunk records, whatever
+// the call's number of groups (tests take the parts' boundaries on small tensors; gnsilu-bench times the rule); 0
+// restores the library's rule.
 void force_finalize_parts_from(int64_t records);
-// Groups merged in parts take one launch with atomics (kernel::kFinalizeAtomic, parts of 256 records) instead of two
-// launches, while `on` (tests take it on the GPU; gnsilu-bench times it); false restores the library's rule. Not
-// thread-safe against concurrent calls.
+// The parts forced above take one launch with atomics (kernel::kFinalizeAtomic, parts of 256 records) instead of two
+// launches, while `on` (tests take both ways on the GPU; gnsilu-bench times them); without forced parts it changes
+// nothing (the library's rule takes atomics). Not thread-safe against concurrent calls.
 void force_finalize_atomic(bool on);
 
 }  // namespace gnsilu::detail

@@ -584,11 +584,11 @@ TEST_CASE("finalize: groups of 1 to 4097 chunk records (records held in register
 }
 
 TEST_CASE("finalize in parts: large groups of every kind of data, in both layouts, give the reference's bits") {
-  // Groups of many records are merged in parts by two launches of finalize (plan.cpp: finalize_parts), or by one whose
-  // parts add their records with atomics, here forced from 2048 records so that the tensors stay small: parts of
-  // unequal length (2931 records in 6 parts of two launches, 12 with atomics), chunks summed
-  // element by element within a part (wide ranges), NaN and Inf in one part, a single group of 2^22 elements. (The
-  // regions case below takes such groups through group_stats.)
+  // Groups of many records are merged in parts by one launch of finalize whose parts add their records with atomics
+  // (plan.cpp: finalize_parts), or by two launches, here forced from 2048 records so that the tensors stay small:
+  // parts of unequal length (2931 records in 6 parts of two launches, 12 with atomics), chunks summed element by
+  // element within a part (wide ranges), NaN and Inf in one part, a single group of 2^22 elements; last, the library's
+  // rule unforced on a group of 2^24 elements. (The regions case below takes such groups through group_stats.)
   struct Shape {
     std::vector<int64_t> dims;
     int64_t groups;
@@ -622,6 +622,29 @@ TEST_CASE("finalize in parts: large groups of every kind of data, in both layout
                                        << ": differs from the reference");
             }
           }
+        }
+      }
+    }
+  }
+  // The library's rule, unforced: one group of 2^24 elements (16384 records) takes one launch with atomics.
+  {
+    const std::vector<int64_t> dims{1, 16, 1024, 1024};
+    const gnsilu::detail::Geometry geometry = gnsilu::detail::make_geometry(dims, 1);
+    REQUIRE(gnsilu::detail::finalize_parts(geometry).parts > 1);
+    REQUIRE(gnsilu::detail::finalize_parts(geometry).atomic);
+    const auto n = static_cast<std::size_t>(numel(dims));
+    const Extent e = extent_of(dims);
+    for (const Data data : {Data::Normal, Data::LargeMean, Data::WithNaN}) {
+      const HostTensor x_first = make_input(DType::BF16, n, n, data, 92);
+      for (const bool last : {false, true}) {
+        HostTensor x = last ? relayout(x_first, e.n, e.c, e.s, true) : x_first;
+        ReferenceCase c(x, dims, 1, last ? Layout::ChannelsLast : Layout::ChannelsFirst);
+        ++runs;
+        if (!c.matches(gnsilu::LaunchOptions{})) {
+          ++differ;
+          FAIL_CHECK("the library's rule, one group of 2^24 elements, " << data_name(data)
+                                                                        << (last ? ", channels-last" : "")
+                                                                        << ": differs from the reference");
         }
       }
     }

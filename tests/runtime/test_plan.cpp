@@ -187,114 +187,82 @@ TEST_CASE("split plans cover every chunk, group and element with the configured 
   CHECK_THROWS_WITH_AS(gnsilu::detail::check_config(bad), doctest::Contains("'config.elems_per_load'"), gnsilu::Error);
 }
 
-TEST_CASE("finalize merges groups of 16384 records and more in parts in calls of at most 4 groups: every record in one part, the parts in the workspace") {
+TEST_CASE("finalize merges groups of 16384 records and more in parts of 256 by one launch with atomics in calls of at "
+          "most 4 groups, forced parts by two launches: every record in one part, the parts in the workspace") {
   using gnsilu::detail::finalize_parts;
   struct Case {
     std::vector<int64_t> dims;
     int64_t groups;
     int64_t parts;
     int64_t chunks;
-    int64_t forced_from;  // force_finalize_parts_from (0: the library's rule)
+    bool atomic;            // one launch with atomics (else two launches, where parts > 1)
+    int64_t forced_from;    // force_finalize_parts_from (0: the library's rule)
+    bool forced_atomic;     // force_finalize_atomic
   };
   const Case cases[] = {
-      {{1, 32, 256, 256}, 32, 1, 64, 0},         // 64 records a group: one part (one block a group)
-      {{1, 4096, 1024}, 1, 1, 4096, 0},          // 4096 records: one block (parts lost time there)
-      {{1, 16383, 1024}, 1, 1, 16383, 0},        // just below the threshold
-      {{1, 16384, 1024}, 1, 32, 512, 0},         // 16384 records: 32 parts of 512
-      {{1, 64, 512, 512}, 1, 32, 512, 0},        // a single group of 2^24 elements: 16384 records
-      {{1, 64, 1024, 1024}, 1, 128, 512, 0},     // 2^26 elements: 65536 records
-      {{1, 4, 4096, 4096}, 4, 32, 512, 0},       // 4 groups of 16384 records: in parts
-      {{1, 5, 4096, 4096}, 5, 1, 16384, 0},      // 5 groups: one block a group
-      {{4, 128, 1024, 1024}, 32, 1, 4096, 0},    // 4096 records a group, 128 groups: one block a group
-      {{1, 1, int64_t{1} << 31}, 1, 256, 8192, 0},  // 2^21 records: at most 256 parts
-      {{1, 2047, 1024}, 1, 1, 2047, 2048},       // forced from 2048: just below
-      {{1, 2048, 1024}, 1, 4, 512, 2048},        // 2048 records: 4 parts of 512
-      {{1, 3, 1000, 1000}, 1, 6, 489, 2048},     // 3 x 977 = 2931 records: 6 parts, the last of 486
-      {{4, 128, 1024, 1024}, 32, 8, 512, 2048},  // forced: whatever the number of groups
+      // The library's rule.
+      {{1, 32, 256, 256}, 32, 1, 64, false, 0, false},       // 64 records a group: one block a group
+      {{1, 4096, 1024}, 1, 1, 4096, false, 0, false},        // 4096 records: one block (parts do not pay there)
+      {{1, 16383, 1024}, 1, 1, 16383, false, 0, false},      // just below the threshold
+      {{1, 16384, 1024}, 1, 64, 256, true, 0, false},        // 16384 records: 64 parts of 256
+      {{1, 64, 512, 512}, 1, 64, 256, true, 0, false},       // a single group of 2^24 elements: 16384 records
+      {{1, 64, 1024, 1024}, 1, 256, 256, true, 0, false},    // 2^26 elements: 65536 records, 256 parts
+      {{1, 1, int64_t{1} << 31}, 1, 256, 8192, true, 0, false},  // 2^21 records: still at most 256 parts
+      {{1, 4, 4096, 4096}, 4, 64, 256, true, 0, false},      // 4 groups of 16384 records: in parts
+      {{1, 5, 4096, 4096}, 5, 1, 16384, false, 0, false},    // 5 groups: one block a group
+      {{4, 128, 1024, 1024}, 32, 1, 4096, false, 0, false},  // 4096 records a group, 128 groups: one block a group
+      {{1, 16384, 1024}, 1, 64, 256, true, 0, true},         // force_finalize_atomic alone changes nothing
+      // Forced parts, by two launches.
+      {{1, 2047, 1024}, 1, 1, 2047, false, 2048, false},       // forced from 2048: just below
+      {{1, 2048, 1024}, 1, 4, 512, false, 2048, false},        // 2048 records: 4 parts of 512
+      {{1, 3, 1000, 1000}, 1, 6, 489, false, 2048, false},     // 3 x 977 = 2931 records: 6 parts, the last of 486
+      {{4, 128, 1024, 1024}, 32, 8, 512, false, 2048, false},  // whatever the number of groups
+      {{1, 16384, 1024}, 1, 32, 512, false, 16384, false},     // 16384 records: 32 parts of 512
+      {{1, 1, int64_t{1} << 31}, 1, 256, 8192, false, 16384, false},  // at most 256 parts
+      // Forced parts, by one launch with atomics.
+      {{1, 3, 1000, 1000}, 1, 12, 245, true, 2048, true},      // 2931 records: 12 parts, the last of 236
+      {{4, 128, 1024, 1024}, 32, 16, 256, true, 2048, true},   // 128 groups of 4096 records
+      {{1, 200, 1024}, 1, 1, 200, false, 1, true},             // forced from 1 record, but one part: no atomics
   };
   for (const Case& c : cases) {
     CAPTURE(c.dims[1]);
     CAPTURE(c.forced_from);
+    CAPTURE(c.forced_atomic);
     gnsilu::detail::force_finalize_parts_from(c.forced_from);
-    const Geometry g = make_geometry(c.dims, c.groups);
-    const auto parts = finalize_parts(g);
-    CHECK(parts.parts == c.parts);
-    CHECK(parts.chunks == c.chunks);
-    CHECK((parts.parts - 1) * parts.chunks < g.chunks_per_group);  // no part is empty
-    CHECK(parts.parts * parts.chunks >= g.chunks_per_group);       // every record in a part
-    const Plan plan = make_plan(g, gnsilu::default_config(Path::Split), Path::Split, 132);
-    CHECK(plan.params.parts_per_group == parts.parts);
-    CHECK(plan.params.part_chunks == parts.chunks);
-    CHECK(plan.params.finalize_stage == gnsilu::kernel::kFinalizeWhole);
-    if (parts.parts > 1) {
-      CHECK(static_cast<int64_t>(plan.finalize_part_blocks) == g.groups_total * parts.parts);
-      CHECK(plan.parts_offset % 256 == 0);
-      CHECK(plan.parts_offset >= plan.rows_offset + static_cast<std::size_t>(g.n * g.c) * 16);
-      CHECK(plan.workspace >= plan.parts_offset + static_cast<std::size_t>(g.groups_total * parts.parts) * 256);
-    } else {
-      CHECK(plan.finalize_part_blocks == 0u);
-      CHECK(plan.workspace >= plan.rows_offset + static_cast<std::size_t>(g.n * g.c) * 16);
-    }
-    CHECK(plan.workspace == gnsilu::workspace_size(c.dims, c.groups));
-  }
-  gnsilu::detail::force_finalize_parts_from(0);
-}
-
-TEST_CASE("finalize in parts with atomics: one launch, parts of 256 records, the accumulators and counters zeroed by "
-          "chunk_stats within the workspace") {
-  using gnsilu::detail::finalize_parts;
-  struct Case {
-    std::vector<int64_t> dims;
-    int64_t groups;
-    int64_t parts;
-    int64_t chunks;
-    bool atomic;
-    int64_t forced_from;
-  };
-  const Case cases[] = {
-      {{1, 16384, 1024}, 1, 64, 256, true, 0},       // the library's rule, with atomics: 64 parts of 256
-      {{1, 64, 1024, 1024}, 1, 256, 256, true, 0},   // 2^26 elements: 65536 records, 256 parts
-      {{1, 1, int64_t{1} << 31}, 1, 256, 8192, true, 0},  // 2^21 records: still at most 256 parts
-      {{1, 4096, 1024}, 1, 1, 4096, false, 0},       // below the rule: one block a group, no atomics
-      {{1, 3, 1000, 1000}, 1, 12, 245, true, 2048},  // 2931 records: 12 parts, the last of 236
-      {{4, 128, 1024, 1024}, 32, 16, 256, true, 2048},  // 128 groups of 4096 records
-      {{1, 200, 1024}, 1, 1, 200, false, 1},         // forced from 1 record, but one part: no atomics
-  };
-  gnsilu::detail::force_finalize_atomic(true);
-  for (const Case& c : cases) {
-    CAPTURE(c.dims[1]);
-    CAPTURE(c.forced_from);
-    gnsilu::detail::force_finalize_parts_from(c.forced_from);
+    gnsilu::detail::force_finalize_atomic(c.forced_atomic);
     const Geometry g = make_geometry(c.dims, c.groups);
     const auto parts = finalize_parts(g);
     CHECK(parts.parts == c.parts);
     CHECK(parts.chunks == c.chunks);
     CHECK(parts.atomic == c.atomic);
-    CHECK((parts.parts - 1) * parts.chunks < g.chunks_per_group);
-    CHECK(parts.parts * parts.chunks >= g.chunks_per_group);
+    CHECK((parts.parts - 1) * parts.chunks < g.chunks_per_group);  // no part is empty
+    CHECK(parts.parts * parts.chunks >= g.chunks_per_group);       // every record in a part
     const Plan plan = make_plan(g, gnsilu::default_config(Path::Split), Path::Split, 132);
     CHECK(plan.params.parts_per_group == parts.parts);
     CHECK(plan.params.part_chunks == parts.chunks);
     CHECK(plan.params.finalize_stage == gnsilu::kernel::kFinalizeWhole);  // launch.cpp sets the stage per launch
+    if (parts.parts > 1) {
+      CHECK(static_cast<int64_t>(plan.finalize_part_blocks) == g.groups_total * parts.parts);
+      CHECK(plan.parts_offset % 256 == 0);
+      CHECK(plan.parts_offset >= plan.rows_offset + static_cast<std::size_t>(g.n * g.c) * 16);
+    } else {
+      CHECK(plan.finalize_part_blocks == 0u);
+      CHECK(plan.workspace >= plan.rows_offset + static_cast<std::size_t>(g.n * g.c) * 16);
+    }
     if (c.atomic) {
       // An accumulator (32 words) and a 32-bit counter a group, zeroed by chunk_stats, inside the workspace.
       const int64_t words = g.groups_total * 32 + (g.groups_total * 4 + 7) / 8;
       CHECK(plan.params.zero_words == words);
-      CHECK(static_cast<int64_t>(plan.finalize_part_blocks) == g.groups_total * parts.parts);
-      CHECK(plan.parts_offset % 256 == 0);
-      CHECK(plan.parts_offset >= plan.rows_offset + static_cast<std::size_t>(g.n * g.c) * 16);
       CHECK(plan.workspace >= plan.parts_offset + static_cast<std::size_t>(words) * 8);
     } else {
       CHECK(plan.params.zero_words == 0);
+      if (parts.parts > 1)
+        CHECK(plan.workspace >= plan.parts_offset + static_cast<std::size_t>(g.groups_total * parts.parts) * 256);
     }
     CHECK(plan.workspace == gnsilu::workspace_size(c.dims, c.groups));
   }
   gnsilu::detail::force_finalize_atomic(false);
   gnsilu::detail::force_finalize_parts_from(0);
-  // Off again: the library's rule takes two launches (no words to zero).
-  const Geometry g = make_geometry(std::vector<int64_t>{1, 16384, 1024}, 1);
-  CHECK_FALSE(finalize_parts(g).atomic);
-  CHECK(make_plan(g, gnsilu::default_config(Path::Split), Path::Split, 132).params.zero_words == 0);
 }
 
 TEST_CASE("16-byte vectors need aligned pointers and rows of a multiple of 8 elements") {

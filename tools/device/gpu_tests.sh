@@ -209,8 +209,9 @@ if [ "$what" = pass ]; then
   fi
 fi
 if [ "$what" = bench-compare ]; then
-  # Speed before and after a change, in one run: the old gnsilu-bench ($3) and this build's, alternating, two rounds,
-  # each with its own cache file, over the layouts preset or the shapes in GNSILU_COMPARE_SHAPES, in the dtypes of
+  # Speed before and after a change, in one run: the old gnsilu-bench ($3) and this build's, alternating,
+  # GNSILU_COMPARE_ROUNDS rounds (2), each with its own cache file, over the layouts preset or the shapes in
+  # GNSILU_COMPARE_SHAPES, in the dtypes of
   # GNSILU_COMPARE_DTYPES (bf16) and layouts of GNSILU_COMPARE_LAYOUTS (nchw,nhwc). With GNSILU_COMPARE_CONFIGS
   # (e16w4s2p8,e16w8s1p4,...) those split configurations are timed by hand too, and compared one by one. Each time is
   # taken as a ratio to the copy of the same bytes in the same process; the table gives the median of the rounds.
@@ -219,7 +220,7 @@ if [ "$what" = bench-compare ]; then
   [ -n "${GNSILU_COMPARE_SHAPES:-}" ] && shapes=(--shapes "$GNSILU_COMPARE_SHAPES")
   configs=()
   [ -n "${GNSILU_COMPARE_CONFIGS:-}" ] && configs=(--paths split --configs "$GNSILU_COMPARE_CONFIGS")
-  for round in 1 2; do
+  for round in $(seq "${GNSILU_COMPARE_ROUNDS:-2}"); do
     for who in before after; do
       bin=$([ "$who" = before ] && echo "$old" || echo "$build/tools/gnsilu-bench")
       GNSILU_CACHE=/tmp/gnsilu-cache/$who.sqlite "$bin" shapes "${shapes[@]}" "${configs[@]}" \
@@ -255,13 +256,13 @@ fi
 if [ "$what" = finalize-compare ]; then
   # How finalize merges a group's records, in one run: the library's rule ("rule"), parts by two launches from
   # GNSILU_PARTS_FROM records ("launches", default 512) and parts by one launch with atomics ("atomic"), each in a
-  # process of its own, alternating, two rounds, untuned (e16 w4 s2 p8), over GNSILU_COMPARE_SHAPES with
-  # GNSILU_COMPARE_GROUPS groups (default: 32 groups of 64, 256, 4096 and 16384 records; for one group,
-  # GNSILU_COMPARE_GROUPS=1 GNSILU_COMPARE_SHAPES=1x1x4096x4096,1x64x1024x1024) in GNSILU_COMPARE_DTYPES (bf16,fp16)
-  # and GNSILU_COMPARE_LAYOUTS (nchw,nhwc).
+  # process of its own, alternating, GNSILU_COMPARE_ROUNDS rounds (2), untuned (e16 w4 s2 p8), over
+  # GNSILU_COMPARE_SHAPES with GNSILU_COMPARE_GROUPS groups (default: 32 groups of 64, 256, 4096 and 16384 records;
+  # for one group, GNSILU_COMPARE_GROUPS=1 GNSILU_COMPARE_SHAPES=1x1x4096x4096,1x64x1024x1024) in
+  # GNSILU_COMPARE_DTYPES (bf16,fp16) and GNSILU_COMPARE_LAYOUTS (nchw,nhwc).
   # The table: each call's median ratio to the copy of the same bytes in the same process, and to the rule's.
   from=${GNSILU_PARTS_FROM:-512}
-  for round in 1 2; do
+  for round in $(seq "${GNSILU_COMPARE_ROUNDS:-2}"); do
     for who in rule launches atomic; do
       forced=()
       [ "$who" = launches ] && forced=(--parts-from "$from")
