@@ -89,7 +89,7 @@ void launch_call(const Call& call, const LaunchConfig& config) {
     launch_kernel(d, kernels.kernel(biased ? kStatsBiased : kStats), plan.stats_blocks, plan.threads, stream, p,
                   "cuLaunchKernel(chunk_stats)", false, plan.stats_shared_bytes);
   }
-  if (call.stats_mode != kernel::kStatsRead && p.zero_words > 0) {
+  if (call.stats_mode != kernel::kStatsRead && plan.finalize_atomic) {
     // A group of many records in one launch: a block a part, the parts added by atomics into accumulators that
     // chunk_stats zeroed (gnsilu_params.cuh: kFinalizeAtomic).
     p.finalize_stage = kernel::kFinalizeAtomic;

@@ -238,10 +238,6 @@ kernel::Params params_of(const Geometry& g) {
   p.chunk_channels = g.chunk_channels;
   p.chunks_per_row = g.chunks_per_row;
   p.full_chunks = g.full_chunks() ? 1 : 0;
-  const FinalizeParts parts = finalize_parts(g);
-  p.parts_per_group = parts.parts;
-  p.part_chunks = parts.chunks;
-  p.zero_words = parts.atomic ? atomic_words(g) : 0;
   return p;
 }
 
@@ -301,6 +297,12 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path path, int sms
 
   plan.params = params_of(g);
   kernel::Params& p = plan.params;
+  // finalize's merge, decided once here: the parameters, the launches (launch.cpp) and the workspace follow it.
+  const FinalizeParts parts = finalize_parts(g);
+  p.parts_per_group = parts.parts;
+  p.part_chunks = parts.chunks;
+  p.zero_words = parts.atomic ? atomic_words(g) : 0;
+  plan.finalize_atomic = parts.atomic;
   p.vectorized = vectorizable(g, a) ? 1 : 0;
 
   if (plan.path == Path::Fused) {
@@ -371,7 +373,7 @@ Plan make_plan(const Geometry& g, const LaunchConfig& config, Path path, int sms
                                 : math::padded_tiling(g.pad, g.n * g.c, staged).tiles;
     plan.padded_blocks = static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, int64_t{8} * sms));
   }
-  const WorkspaceLayout w = workspace_layout(g, FinalizeParts{p.parts_per_group, p.part_chunks, p.zero_words > 0});
+  const WorkspaceLayout w = workspace_layout(g, parts);
   plan.rows_offset = w.rows_offset;
   plan.parts_offset = w.parts_offset;
   plan.workspace = w.bytes;

@@ -75,7 +75,9 @@ struct Plan {
   std::size_t workspace = 0;      // bytes the plan needs
   std::size_t rows_offset = 0;    // where the per-row constants start in the workspace
   unsigned finalize_part_blocks = 0;  // finalize in parts (params.parts_per_group > 1): its first launch's blocks
-                                      // (its only launch where params.zero_words > 0: kFinalizeAtomic)
+                                      // (its only launch where finalize_atomic)
+  bool finalize_atomic = false;   // the parts by one launch with atomics (kernel::kFinalizeAtomic; chunk_stats zeroes
+                                  // params.zero_words words of the accumulators first)
   std::size_t parts_offset = 0;   // where the parts' records (or kFinalizeAtomic's accumulators) start in the workspace
 };
 

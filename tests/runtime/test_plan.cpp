@@ -240,6 +240,7 @@ TEST_CASE("finalize merges groups of 16384 records and more in parts of 256 by o
     const Plan plan = make_plan(g, gnsilu::default_config(Path::Split), Path::Split, 132);
     CHECK(plan.params.parts_per_group == parts.parts);
     CHECK(plan.params.part_chunks == parts.chunks);
+    CHECK(plan.finalize_atomic == c.atomic);
     CHECK(plan.params.finalize_stage == gnsilu::kernel::kFinalizeWhole);  // launch.cpp sets the stage per launch
     if (parts.parts > 1) {
       CHECK(static_cast<int64_t>(plan.finalize_part_blocks) == g.groups_total * parts.parts);
