@@ -597,6 +597,20 @@ TEST_CASE("finalize in parts: large groups of every kind of data, in both layout
   const Data kinds[] = {Data::Normal, Data::LargeMean, Data::WideRange, Data::WithNaN, Data::WithInf,
                         Data::TinySpread};
   std::size_t runs = 0, differ = 0;
+  // One run: x (channel-major) in the layout asked, against the reference; a difference is reported with `what`.
+  const auto run = [&](const HostTensor& x_first, const std::vector<int64_t>& dims, int64_t groups, bool last,
+                       const gnsilu::LaunchOptions& options, const std::string& what) {
+    const Extent e = extent_of(dims);
+    HostTensor x = last ? relayout(x_first, e.n, e.c, e.s, true) : x_first;
+    ReferenceCase c(x, dims, groups, last ? Layout::ChannelsLast : Layout::ChannelsFirst);
+    ++runs;
+    if (!c.matches(options)) {
+      ++differ;
+      FAIL_CHECK(what << (last ? ", channels-last" : "") << ": differs from the reference");
+    }
+  };
+  gnsilu::LaunchOptions split;
+  split.path = Path::Split;
   for (const bool atomic : {false, true}) {
     const ForcedParts forced(2048, atomic);
     for (const Shape& shape : shapes) {
@@ -605,23 +619,12 @@ TEST_CASE("finalize in parts: large groups of every kind of data, in both layout
       REQUIRE(gnsilu::detail::finalize_parts(geometry).atomic == atomic);
       const auto n = static_cast<std::size_t>(numel(shape.dims));
       const auto group_length = n / static_cast<std::size_t>(shape.dims[0] * shape.groups);
-      const Extent e = extent_of(shape.dims);
       for (const Data data : kinds) {
         for (const DType xd : {DType::BF16, DType::FP16}) {
           const HostTensor x_first = make_input(xd, n, group_length, data, 91);
-          for (const bool last : {false, true}) {
-            HostTensor x = last ? relayout(x_first, e.n, e.c, e.s, true) : x_first;
-            ReferenceCase c(x, shape.dims, shape.groups, last ? Layout::ChannelsLast : Layout::ChannelsFirst);
-            gnsilu::LaunchOptions split;
-            split.path = Path::Split;
-            ++runs;
-            if (!c.matches(split)) {
-              ++differ;
-              FAIL_CHECK(shape.dims[1] << " channels, " << data_name(data) << ", x " << gnsilu::dtype_name(xd)
-                                       << (last ? ", channels-last" : "") << (atomic ? ", one launch with atomics" : "")
-                                       << ": differs from the reference");
-            }
-          }
+          const std::string what = std::to_string(shape.dims[1]) + " channels, " + data_name(data) + ", x " +
+                                   gnsilu::dtype_name(xd) + (atomic ? ", one launch with atomics" : "");
+          for (const bool last : {false, true}) run(x_first, shape.dims, shape.groups, last, split, what);
         }
       }
     }
@@ -633,20 +636,10 @@ TEST_CASE("finalize in parts: large groups of every kind of data, in both layout
     REQUIRE(gnsilu::detail::finalize_parts(geometry).parts > 1);
     REQUIRE(gnsilu::detail::finalize_parts(geometry).atomic);
     const auto n = static_cast<std::size_t>(numel(dims));
-    const Extent e = extent_of(dims);
     for (const Data data : {Data::Normal, Data::LargeMean, Data::WithNaN}) {
       const HostTensor x_first = make_input(DType::BF16, n, n, data, 92);
-      for (const bool last : {false, true}) {
-        HostTensor x = last ? relayout(x_first, e.n, e.c, e.s, true) : x_first;
-        ReferenceCase c(x, dims, 1, last ? Layout::ChannelsLast : Layout::ChannelsFirst);
-        ++runs;
-        if (!c.matches(gnsilu::LaunchOptions{})) {
-          ++differ;
-          FAIL_CHECK("the library's rule, one group of 2^24 elements, " << data_name(data)
-                                                                        << (last ? ", channels-last" : "")
-                                                                        << ": differs from the reference");
-        }
-      }
+      const std::string what = std::string("the library's rule, one group of 2^24 elements, ") + data_name(data);
+      for (const bool last : {false, true}) run(x_first, dims, 1, last, gnsilu::LaunchOptions{}, what);
     }
   }
   MESSAGE(runs << " runs of groups merged in parts: " << runs - differ << " equal to the reference");
