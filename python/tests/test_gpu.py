@@ -1452,6 +1452,12 @@ class TestBoundedDecode(SeededCuda, unittest.TestCase):
                     # and holds the memory outside the allocator as the plan found it.
                     self.assertLessEqual(peak, budget - p.outside_bytes,
                                          f"{layout}, budget {budget}: peak {peak}, outside {p.outside_bytes}")
+                    # What the decode added outside the allocator after its plan (library handles, module loads):
+                    # measured, for the plan's outside_bytes to be judged by (Plan's docstring).
+                    after = gb._outside_allocator_bytes(torch.device(self.device))
+                    SUMMARY.append(("bd", f"bounded decode, {layout}, budget {budget}: outside the allocator",
+                                    f"planned {p.outside_bytes}, after the decode {after} "
+                                    f"({(after - p.outside_bytes) / 2**20:+.1f} MiB)"))
                 y = y.to(self.device).float()
                 counts = gb.last_counts()
                 self.assertEqual(counts["fetched_late"], 0, counts)
