@@ -212,9 +212,9 @@ if [ "$what" = bench-compare ]; then
   # Speed before and after a change, in one run: the old gnsilu-bench ($3) and this build's, alternating,
   # GNSILU_COMPARE_ROUNDS rounds (2), each with its own cache file, over the layouts preset or the shapes in
   # GNSILU_COMPARE_SHAPES, in the dtypes of GNSILU_COMPARE_DTYPES (bf16) and the layouts of GNSILU_COMPARE_LAYOUTS
-  # (nchw,nhwc). With GNSILU_COMPARE_CONFIGS
-  # (e16w4s2p8,e16w8s1p4,...) those split configurations are timed by hand too, and compared one by one. Each time is
-  # taken as a ratio to the copy of the same bytes in the same process; the table gives the median of the rounds.
+  # (nchw,nhwc). With GNSILU_COMPARE_CONFIGS (e16w4s2p8,e16w8s1p4,...) those split configurations are timed by hand
+  # too, and compared one by one. Each time is taken as a ratio to the copy of the same bytes in the same process; the
+  # table gives the median of the rounds.
   old=${3:?bench-compare needs the old gnsilu-bench}
   shapes=(--preset layouts)
   [ -n "${GNSILU_COMPARE_SHAPES:-}" ] && shapes=(--shapes "$GNSILU_COMPARE_SHAPES")
