@@ -45,13 +45,15 @@ each tile or group of frames its own statistics). The model's weights are not co
 the memory it uses outside PyTorch's allocator when the plan is made (CUDA's context and the libraries' modules, other
 processes: cudaMemGetInfo's used memory less the allocator's reserved bytes) is, so that the device's used memory stays
 within the budget besides the weights (Plan.outside_bytes; a budget not above it is refused with the smallest that
-works). The plan bounds what the decode allocates; on a card larger than the budget PyTorch's caching allocator may
+works; a first layered decode runs warm_up() before its plan, so that what a layered decode loads there is counted).
+The plan bounds what the decode allocates; on a card larger than the budget PyTorch's caching allocator may
 keep freed blocks beyond it unless capped (torch.cuda.set_per_process_memory_fraction).
 """
 import contextlib
 import dataclasses
 import math
 import time
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -60,7 +62,7 @@ from torch import nn
 from . import _api
 from . import chunked as _chunked
 
-__all__ = ["plan", "decode", "last_counts", "last_timeline", "Plan", "Layer", "Activation"]
+__all__ = ["plan", "decode", "warm_up", "last_counts", "last_timeline", "Plan", "Layer", "Activation"]
 
 # Working-set model of a layer (bytes a slab holds on the GPU, as multiples of its rows' bytes): each input's rows
 # with their halo are fetched (host activations), normalized and padded (3 copies); the output rows are made and
@@ -619,14 +621,23 @@ def _plain_bytes(layers, acts):
     return peak
 
 
-def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes, recompute=True, outside=0):
+class _BudgetTooSmall(ValueError):
+    """A budget below the smallest working set; `least` is the smallest budget that works."""
+
+    def __init__(self, least, message):
+        super().__init__(message)
+        self.least = least
+
+
+def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes, recompute=True, outside=0, layered=False):
+    """The plan (see plan()); layered=True plans layer by layer even where the whole decode fits (the warm-up's)."""
     b = _layers(vae, tuple(shape), dtype)
     # What the decode's own allocations may take (at least 1 byte, so that a budget not above `outside` is refused
     # below with the smallest budget that works).
     budget = max(1, max_gpu_bytes - outside)
     layers, acts = b.layers, b.acts
     plain_bytes = _plain_bytes(layers, acts)
-    if plain_bytes <= budget:
+    if plain_bytes <= budget and not layered:
         for a in acts.values():
             a.where = "gpu"
         return Plan(max_gpu_bytes, True, plain_bytes, plain_bytes, 0, layers, acts, 0, outside)
@@ -671,11 +682,12 @@ def _make_plan(vae, shape, dtype, max_gpu_bytes, max_host_bytes, recompute=True,
         gpu, host = _peaks(layers, acts, budget)
     if gpu > budget:
         least = _smallest_budget(gpu - _reserve(budget)) + outside
-        raise ValueError(f"gnsilu.bounded: max_gpu_bytes={max_gpu_bytes} is below what this decode needs with "
-                         f"{_MIN_ROWS} rows a slab and every activation it can move in host memory: max_gpu_bytes="
-                         f"{least} ({least / (1 << 30):.2f} GiB) at least, besides the model's weights"
-                         + (f" ({outside} bytes of it the device's memory outside PyTorch's allocator: CUDA's context "
-                            "and libraries, other processes)" if outside else ""))
+        raise _BudgetTooSmall(
+            least, f"gnsilu.bounded: max_gpu_bytes={max_gpu_bytes} is below what this decode needs with {_MIN_ROWS} "
+            f"rows a slab and every activation it can move in host memory: max_gpu_bytes={least} "
+            f"({least / (1 << 30):.2f} GiB) at least, besides the model's weights"
+            + (f" ({outside} bytes of it the device's memory outside PyTorch's allocator: CUDA's context and "
+               "libraries, other processes)" if outside else ""))
     # The room left: the first rows of host activations kept on the GPU (rows not copied out and back), the earliest
     # made first, each as many as keep the GPU's peak within the budget less _ROOM_PERCENT of it.
     room = budget - budget * _ROOM_PERCENT // 100
@@ -1086,9 +1098,10 @@ def decode(vae, latents, max_gpu_bytes, *, max_host_bytes=None, progress=None, r
     Returns the decoded tensor (on the latents' device; in host memory if the plan kept the output there); a layered
     decode returns once the GPU has finished it (its timeline read: last_timeline()). progress:
     None shows a bar (tqdm, where installed) for decodes that last more than 2 s, False never. recompute: as plan()
-    takes it. Raises ValueError before
-    any work for a budget or host need it cannot meet (plan()), MemoryError if an allocation fails on the way (what
-    was allocated is freed; the model is left as it was)."""
+    takes it. On a CUDA device the first layered decode of a model in a dtype and layout runs warm_up() first and
+    plans again after it. Raises ValueError before any work for a budget or host need it cannot meet (plan(); after a
+    warm-up, for one that what it loaded outside the allocator takes below the need), MemoryError if an allocation
+    fails on the way (what was allocated is freed; the model is left as it was)."""
     p = plan(vae, latents, max_gpu_bytes, max_host_bytes=max_host_bytes, recompute=recompute)
     if not isinstance(latents, torch.Tensor):
         raise ValueError(f"gnsilu.bounded.decode: latents must be a torch.Tensor, got {type(latents).__name__}")
@@ -1096,12 +1109,70 @@ def decode(vae, latents, max_gpu_bytes, *, max_host_bytes=None, progress=None, r
         with _whole_tensor(vae), _frame_attention(vae), torch.no_grad():
             out = vae.decode(latents)
         return out.sample if hasattr(out, "sample") else out[0]
-    # The layout of the activations: the latents' for AutoencoderKL (its convolutions keep it); contiguous for
-    # HunyuanVideo, whose resnet blocks make their inputs contiguous.
-    fmt = torch.contiguous_format
+    if warm_up(vae, latents):
+        # What the warm-up loaded outside the allocator is outside now: planned again, so that the budget counts it.
+        p = plan(vae, latents, max_gpu_bytes, max_host_bytes=max_host_bytes, recompute=recompute)
+    d = _layered(p, latents, progress)
+    if latents.is_cuda:
+        _WARMED.setdefault(vae, set()).add((latents.device, latents.dtype, _layout(latents)))
+    _LAST_COUNTS.clear()
+    _LAST_COUNTS.update(d.counts)
+    _LAST_TIMELINE[:] = d.times_read
+    return d.out
+
+
+# Models a layered decode has run on, each with the (device, dtype, layout) it ran in (warm_up).
+_WARMED = weakref.WeakKeyDictionary()
+
+
+def warm_up(vae, latents):
+    """Runs a layered decode of a few latent rows (1x4x4, its smallest plan: activations in host memory, slabs of two
+    rows) once for each model, device, dtype and layout, so that what a first layered decode adds to the device's
+    memory outside PyTorch's allocator (the copy streams, gnsilu's kernels for regions, the libraries' modules) is there
+    before a plan measures it. decode() calls it on a CUDA device before a layered decode (and plans again after it);
+    a plan() made after it counts what decode() will find. Returns True where it ran, False where this model, device,
+    dtype and layout had run a layered decode (or the latents are not on a CUDA device). Raises as plan() does for a
+    model it cannot run layer by layer."""
+    if not isinstance(latents, torch.Tensor):
+        raise ValueError(f"gnsilu.bounded.warm_up: latents must be a torch.Tensor, got {type(latents).__name__}")
+    fmt = _layout(latents)
+    key = (latents.device, latents.dtype, fmt)
+    if not latents.is_cuda or key in _WARMED.get(vae, ()):
+        return False
+    _warm_up_decode(vae, latents)
+    torch.cuda.current_stream(latents.device).synchronize()
+    _WARMED.setdefault(vae, set()).add(key)
+    return True
+
+
+def _warm_up_decode(vae, latents):
+    """The warm-up's decode: (its plan, its output) for the first four latent rows and columns of the first sample
+    (two frames of a video), in the latents' layout, layer by layer at the smallest budget that works."""
+    small = latents[:1]
+    if small.dim() == 5:
+        small = small[:, :, :2]
+    small = small[..., :4, :4].contiguous(memory_format=_layout(latents))
+    try:
+        _make_plan(vae, small.shape, small.dtype, 1, None, layered=True)
+        raise AssertionError("a 1-byte budget was planned")  # 1 byte holds no working set
+    except _BudgetTooSmall as e:
+        least = e.least
+    p = _make_plan(vae, small.shape, small.dtype, least, None, layered=True)
+    return p, _layered(p, small, False).out
+
+
+def _layout(latents):
+    """The layout of a layered decode's activations: the latents' for AutoencoderKL (its convolutions keep it);
+    contiguous for HunyuanVideo, whose resnet blocks make their inputs contiguous."""
     if latents.dim() == 4 and latents.is_contiguous(memory_format=torch.channels_last) and not latents.is_contiguous():
-        fmt = torch.channels_last
-    d = _Decode(p, latents.device, fmt, pin=latents.is_cuda)
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+def _layered(p, latents, progress):
+    """Runs plan p (layered) on latents; returns the _Decode: its output (d.out), counts and timeline read
+    (d.times_read)."""
+    d = _Decode(p, latents.device, _layout(latents), pin=latents.is_cuda)
     d.tensors["latents"] = latents
     first = p.activations["latents"]
     if first.groups:
@@ -1117,10 +1188,9 @@ def decode(vae, latents, max_gpu_bytes, *, max_host_bytes=None, progress=None, r
             torch.cuda.current_stream(latents.device).synchronize()  # its last slabs were copied without waiting
         if latents.is_cuda:
             torch.cuda.current_stream(latents.device).synchronize()  # the timeline's events
-        _LAST_COUNTS.clear()
-        _LAST_COUNTS.update(d.counts)
-        _LAST_TIMELINE[:] = d.times()
-        return out
+        d.out = out
+        d.times_read = d.times()
+        return d
     finally:
         d.fetched.clear()
         d.stored.clear()

@@ -435,6 +435,51 @@ def test_memory_outside_the_allocator_is_taken_from_the_budget():
                 pass
 
 
+def test_the_warm_up_decodes_a_corner_layer_by_layer_and_decode_plans_again_after_it():
+    """warm_up() does nothing off CUDA (False); its decode of the latents' first 4x4 rows and columns (two frames of
+    a video) runs layer by layer at the smallest budget, activations in host memory, and gives that corner's whole
+    decode within rounding, in the latents' layout. decode() plans again after a warm-up that ran: the outside bytes the
+    warm-up added are counted, so that a budget they leave too small is refused (mocked: CPU tensors)."""
+    require()
+    with cpu_reference():
+        for name, vae, z in _models():
+            assert gb.warm_up(vae, z) is False, name
+            p, y = gb._warm_up_decode(vae, z)
+            small = z[:1, :, :2] if z.dim() == 5 else z[:1]
+            small = small[..., :4, :4].contiguous(memory_format=gb._layout(z))
+            assert not p.plain and p.slabs > 0, name
+            assert any(a.where == "host" for a in p.activations.values()), name
+            whole = _whole(vae, small)
+            # Within a convolution's rounding: oneDNN's convolutions of these 4x4 corners do not all round as on
+            # two-row slabs (1.3e-6 against outputs up to 1.2, float32), unlike the larger decodes above.
+            assert (y - whole).abs().max() <= 1e-5 * whole.abs().max(), name
+            assert y.is_contiguous(memory_format=gb._layout(z)), name
+        try:
+            gb.warm_up(vae, (1, 4, 8, 8))
+            raise AssertionError("a tuple was taken for latents")
+        except ValueError as e:
+            assert "latents" in str(e), e
+        name, vae, z = _models()[0]
+        top = gb.plan(vae, z, 1 << 40)
+        budget = top.plain_gpu_bytes // 2
+        assert not gb.plan(vae, z, budget).plain
+        outside = [0]
+
+        def warm(vae_, latents_):
+            outside[0] = budget  # what a warm-up loaded: the whole budget, outside the allocator now
+            return True
+        with mock.patch.object(gb, "_outside_allocator_bytes", side_effect=lambda device: outside[0]), \
+                mock.patch.object(gb, "warm_up", side_effect=warm):
+            try:
+                gb.decode(vae, z, budget, progress=False)
+                raise AssertionError("the plan made before the warm-up was kept")
+            except ValueError as e:
+                assert f"max_gpu_bytes={budget} is below" in str(e) and f"{budget} bytes of it" in str(e), e
+            outside[0] = 0
+            with mock.patch.object(gb, "warm_up", return_value=False):  # no warm-up ran: the first plan is kept
+                assert torch.equal(gb.decode(vae, z, budget, progress=False), _whole(vae, z))
+
+
 def load_tests(loader, tests, pattern):
     return function_tests.load_tests_of(globals())
 
