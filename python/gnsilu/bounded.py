@@ -1114,7 +1114,7 @@ def decode(vae, latents, max_gpu_bytes, *, max_host_bytes=None, progress=None, r
         p = plan(vae, latents, max_gpu_bytes, max_host_bytes=max_host_bytes, recompute=recompute)
     d = _layered(p, latents, progress)
     if latents.is_cuda:
-        _WARMED.setdefault(vae, set()).add((latents.device, latents.dtype, _layout(latents)))
+        _WARMED.setdefault(vae, set()).add(_warm_key(latents))
     _LAST_COUNTS.clear()
     _LAST_COUNTS.update(d.counts)
     _LAST_TIMELINE[:] = d.times_read
@@ -1134,14 +1134,18 @@ def warm_up(vae, latents):
     model it cannot run layer by layer."""
     if not isinstance(latents, torch.Tensor):
         raise ValueError(f"gnsilu.bounded.warm_up: latents must be a torch.Tensor, got {type(latents).__name__}")
-    fmt = _layout(latents)
-    key = (latents.device, latents.dtype, fmt)
+    key = _warm_key(latents)
     if not latents.is_cuda or key in _WARMED.get(vae, ()):
         return False
     _warm_up_decode(vae, latents)
     torch.cuda.current_stream(latents.device).synchronize()
     _WARMED.setdefault(vae, set()).add(key)
     return True
+
+
+def _warm_key(latents):
+    """What a warm-up holds for a model: the latents' device, dtype and layout."""
+    return latents.device, latents.dtype, _layout(latents)
 
 
 def _warm_up_decode(vae, latents):
